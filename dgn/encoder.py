@@ -1,0 +1,94 @@
+"""Encoders mapping claim-sentence features to nonnegative item features.
+
+The DGN paper's encoder is two linear layers with ReLUs (Powers et al., 2018, sec. 4):
+``H = relu(W2 relu(W1 X + b1) + b2)``, so ``H >= 0`` as a sum-of-concave objective needs.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+__all__ = ["Encoder", "DeepEncoder"]
+
+
+class Encoder(nn.Module):
+    """Two linear layers with ReLUs: ``(B, N, F) -> (B, N, E)``, nonnegative output.
+
+    Args:
+        in_features: F, the input feature size (300 for fastText vectors).
+        hidden_features: Width of the hidden layer.
+        out_features: E, the encoded size (the paper's F').
+        dropout: Dropout probability applied after the hidden layer (0 disables).
+
+    Shape:
+        - Input: ``(*, F)``
+        - Output: ``(*, E)``, every entry ``>= 0``
+
+    Example:
+        >>> import torch
+        >>> enc = Encoder(300, 64, 32)
+        >>> enc(torch.randn(2, 10, 300)).shape
+        torch.Size([2, 10, 32])
+    """
+
+    def __init__(
+        self, in_features: int, hidden_features: int, out_features: int, dropout: float = 0.0
+    ) -> None:
+        super().__init__()
+        for name, value in (("in_features", in_features), ("hidden_features", hidden_features),
+                            ("out_features", out_features)):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.in_features = in_features
+        self.out_features = out_features
+        self.net = nn.Sequential(
+            nn.Linear(in_features, hidden_features),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden_features, out_features),
+            nn.ReLU(),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)  # type: ignore[no-any-return]
+
+
+class DeepEncoder(nn.Module):
+    """Three linear layers with ReLUs (the paper's DeepEncoder: one layer more).
+
+    Args:
+        in_features: F.
+        hidden_features: Width of both hidden layers.
+        out_features: E.
+        dropout: Dropout after each hidden layer.
+
+    Shape:
+        - Input: ``(*, F)``
+        - Output: ``(*, E)``, every entry ``>= 0``
+    """
+
+    def __init__(
+        self, in_features: int, hidden_features: int, out_features: int, dropout: float = 0.0
+    ) -> None:
+        super().__init__()
+        for name, value in (("in_features", in_features), ("hidden_features", hidden_features),
+                            ("out_features", out_features)):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self.in_features = in_features
+        self.out_features = out_features
+        self.net = nn.Sequential(
+            nn.Linear(in_features, hidden_features),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden_features, hidden_features),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden_features, out_features),
+            nn.ReLU(),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)  # type: ignore[no-any-return]

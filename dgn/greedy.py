@@ -1,0 +1,391 @@
+"""Greedy maximisation: the exact hard algorithm and its relaxed, differentiable twin.
+
+:func:`greedy_select` is forward greedy (Nemhauser et al., 1978): at each of k steps
+pick the valid, unselected candidate of largest marginal gain (ties: lowest index).
+:func:`soft_greedy_select` unfolds the same k steps into layers whose argmax is relaxed
+into ``softmax(gain / tau)`` (Powers et al., "Differentiable Greedy Networks", 2018), so
+gradients reach the features and the objective's weights.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from dgn._validation import as_features, as_mask, as_modular, check_k, check_tau
+from dgn.objectives import SCMM, Objective, ObjectiveLike, make_objective
+
+__all__ = [
+    "Selection",
+    "SoftSelection",
+    "greedy_select",
+    "soft_greedy_select",
+    "RELAXATIONS",
+]
+
+#: Relaxations of the argmax that :func:`soft_greedy_select` implements.
+RELAXATIONS = ("soft", "straight_through")
+
+# Hard greedy processes problems in chunks of about this many feature entries, so the
+# (chunk, N, E) scratch buffer stays in cache (measured in benchmarks/greedy_speed.py).
+_CHUNK_ELEMENTS = 3_000_000
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The result of hard greedy selection.
+
+    Attributes:
+        indices: ``(B, K)`` long, the picks in order; ``-1`` where no valid candidate was left.
+        gains: ``(B, K)`` marginal gain of each pick (0 where invalid).
+        valid: ``(B, K)`` bool, False where the pick is ``-1``.
+        step_gains: ``(B, K, N)`` gains of every candidate at every step (``-inf`` for
+            masked or already-selected candidates), only when asked for.
+    """
+
+    indices: Tensor
+    gains: Tensor
+    valid: Tensor
+    step_gains: Tensor | None = None
+
+    def value(self) -> Tensor:
+        """``f(S)`` of the selected set: the sum of the marginal gains, ``(B,)``."""
+        return self.gains.sum(-1)
+
+
+@dataclass(frozen=True)
+class SoftSelection:
+    """The output of the relaxed greedy layers.
+
+    Attributes:
+        distributions: ``(B, K, N)``, layer k's relaxed argmax ``softmax(gain / tau)``
+            over valid, unselected candidates; exactly 0 elsewhere (a layer with no
+            candidate left is all zeros).
+        logits: ``(B, K, N)``, the log-domain scores whose softmax gives
+            ``distributions``; ``-inf`` where the distribution is 0.
+        indices: ``(B, K)`` the hard picks (the argmax of each layer), ``-1`` if none.
+        gains: ``(B, K)`` marginal gain of each pick under the relaxed state.
+        valid: ``(B, K)`` bool.
+        step_gains: ``(B, K, N)`` gains of every candidate at every layer (0 where masked).
+    """
+
+    distributions: Tensor
+    logits: Tensor
+    indices: Tensor
+    gains: Tensor
+    valid: Tensor
+    step_gains: Tensor
+
+
+def _prepare(
+    features: Any, k: Any, objective: ObjectiveLike, mask: Any, modular: Any
+) -> tuple[Tensor, bool, int, Objective, Tensor, Tensor | None]:
+    obj = make_objective(objective)
+    feats, unbatched = as_features(features, nonnegative=isinstance(obj, SCMM))
+    k = check_k(k)
+    B, N, _ = feats.shape
+    valid = as_mask(mask, B, N, feats.device)
+    mod = as_modular(modular, B, N, feats)
+    return feats, unbatched, k, obj, valid, mod
+
+
+def greedy_select(
+    features: Any,
+    k: int,
+    objective: ObjectiveLike = "sqrt",
+    mask: Any = None,
+    initial: Any = None,
+    method: Literal["naive", "lazy"] = "naive",
+    modular: Any = None,
+    return_step_gains: bool = False,
+) -> Selection:
+    r"""Forward greedy maximisation of a monotone submodular function.
+
+    .. math::
+
+        v_k = \arg\max_{v \in V \setminus A_{k-1},\ \text{mask}_v} f(A_{k-1} \cup \{v\}) - f(A_{k-1})
+
+    Ties go to the lowest index. When no valid candidate is left the pick is ``-1`` with
+    ``valid = False``; asking for more picks than candidates is not an error.
+
+    Args:
+        features: ``(N, E)`` or ``(B, N, E)`` tensor or numpy array (nonnegative for SCMM).
+        k: Number of picks (``>= 0``).
+        objective: An :class:`~dgn.objectives.Objective`, a concave function name for
+            :class:`~dgn.objectives.SCMM` (``"sqrt"``, ``"log1p"``, ``"exp"``,
+            ``"saturate"``, ``"pow"``) or ``"facility"``.
+        mask: Optional ``(B, N)`` bool, True for real candidates.
+        initial: Optional ``(B, N)`` bool of items already in the set (they count in the
+            objective's state and are never picked again).
+        method: ``"naive"`` evaluates every gain at every step; ``"lazy"`` keeps stale
+            upper bounds in a priority queue (Minoux, 1978) and returns exactly the same
+            picks, faster when N is large.
+        modular: Optional ``(B, N)`` per-item bonus added to each gain.
+        return_step_gains: Also return the ``(B, K, N)`` gains of every step (naive only).
+
+    Returns:
+        A :class:`Selection`; unbatched input gives unbatched outputs ``(K,)``.
+
+    Raises:
+        ValueError: Bad shapes, NaN/inf, negative SCMM features, ``k < 0``, an unknown
+            objective or method.
+
+    Example:
+        >>> H = torch.tensor([[4.0, 0.0], [4.0, 0.0], [0.0, 1.0]])
+        >>> sel = greedy_select(H, k=2)
+        >>> sel.indices.tolist(), sel.gains.tolist()
+        ([0, 2], [2.0, 1.0])
+    """
+    feats, unbatched, k, obj, valid, mod = _prepare(features, k, objective, mask, modular)
+    B, N, _ = feats.shape
+    start = None
+    if initial is not None:
+        start = as_mask(initial, B, N, feats.device)
+        if isinstance(initial, Tensor) and initial.dtype != torch.bool:
+            raise ValueError(f"initial must be a bool tensor of shape ({B}, {N})")
+    if method not in ("naive", "lazy"):
+        raise ValueError(f"method must be 'naive' or 'lazy', got {method!r}")
+    if method == "lazy" and return_step_gains:
+        raise ValueError("return_step_gains needs method='naive' (lazy greedy skips evaluations)")
+
+    with torch.no_grad() if not feats.requires_grad else torch.enable_grad():
+        if method == "lazy":
+            out = _lazy(feats, k, obj, valid, start, mod)
+        else:
+            step = max(1, _CHUNK_ELEMENTS // max(1, feats[0].numel()))
+            parts = [
+                _naive(
+                    feats[s : s + step],
+                    k,
+                    obj,
+                    valid[s : s + step],
+                    None if start is None else start[s : s + step],
+                    None if mod is None else mod[s : s + step],
+                    return_step_gains,
+                )
+                for s in range(0, B, step)
+            ] or [_naive(feats, k, obj, valid, start, mod, return_step_gains)]
+            out = Selection(
+                *(torch.cat([getattr(p, name) for p in parts]) for name in ("indices", "gains", "valid")),
+                step_gains=torch.cat([p.step_gains for p in parts]) if return_step_gains else None,  # type: ignore[misc]
+            )
+    if unbatched:
+        out = Selection(
+            out.indices[0],
+            out.gains[0],
+            out.valid[0],
+            None if out.step_gains is None else out.step_gains[0],
+        )
+    return out
+
+
+def _naive(
+    feats: Tensor,
+    k: int,
+    obj: Objective,
+    valid: Tensor,
+    start: Tensor | None,
+    mod: Tensor | None,
+    return_step_gains: bool,
+) -> Selection:
+    B, N, _ = feats.shape
+    rows = torch.arange(B, device=feats.device)
+    state = obj.init_state(feats, valid)
+    available = valid.clone()  # (B, N) valid and not yet selected
+    if start is not None:
+        state = obj.update(feats, state, (start & valid).to(feats.dtype))
+        available &= ~start
+    indices = torch.full((B, k), -1, dtype=torch.long, device=feats.device)
+    gains = feats.new_zeros(B, k)
+    ok = torch.zeros(B, k, dtype=torch.bool, device=feats.device)
+    history = []
+    for step in range(k):
+        g = obj.gains(feats, state, modular=mod)  # (B, N)
+        g = g.masked_fill(~available, float("-inf"))
+        if return_step_gains:
+            history.append(g)
+        best = g.argmax(dim=1)  # first maximal index on ties
+        has = available.any(dim=1)
+        if not bool(has.any()):
+            if return_step_gains:
+                history.extend([g] * (k - step - 1))
+            break
+        pick_gain = g[rows, best]
+        indices[:, step] = torch.where(has, best, torch.full_like(best, -1))
+        gains[:, step] = torch.where(has, pick_gain, torch.zeros_like(pick_gain))
+        ok[:, step] = has
+        onehot = torch.zeros_like(g)
+        onehot[rows[has], best[has]] = 1.0
+        state = obj.update(feats, state, onehot)
+        available[rows[has], best[has]] = False
+    return Selection(indices, gains, ok, torch.stack(history, 1) if return_step_gains and history else
+                     (feats.new_zeros(B, 0, N) if return_step_gains else None))
+
+
+def _lazy(
+    feats: Tensor,
+    k: int,
+    obj: Objective,
+    valid: Tensor,
+    start: Tensor | None,
+    mod: Tensor | None,
+) -> Selection:
+    B, N, _ = feats.shape
+    indices = torch.full((B, k), -1, dtype=torch.long)
+    gains = feats.new_zeros(B, k)
+    ok = torch.zeros(B, k, dtype=torch.bool)
+    for b in range(B):
+        f = feats[b : b + 1]
+        v = valid[b : b + 1]
+        m = None if mod is None else mod[b : b + 1]
+        state = obj.init_state(f, v)
+        available = v[0].clone()
+        if start is not None:
+            state = obj.update(f, state, (start[b : b + 1] & v).to(f.dtype))
+            available &= ~start[b]
+        if k == 0 or not bool(available.any()):
+            continue
+        first = obj.gains(f, state, modular=m)[0]  # (N,)
+        # Max-heap on (gain, -index) via (-gain, index): the top is the naive argmax.
+        heap = [(-float(first[i]), i) for i in torch.nonzero(available).flatten().tolist()]
+        heapq.heapify(heap)
+        fresh = {i: first[i] for i in range(N)}
+        evaluated_at = dict.fromkeys(range(N), 0)
+        for step in range(k):
+            chosen = None
+            while heap:
+                neg, i = heapq.heappop(heap)
+                if evaluated_at[i] != step:
+                    idx = torch.tensor([[i]], device=f.device)
+                    g = obj.candidate_gains(f, state, idx)[0, 0]
+                    if m is not None:
+                        g = g + m[0, i]
+                    fresh[i] = g
+                    evaluated_at[i] = step
+                    neg = -float(g)
+                if not heap or (neg, i) <= heap[0]:
+                    chosen = i
+                    break
+                heapq.heappush(heap, (neg, i))
+            if chosen is None:
+                break
+            indices[b, step] = chosen
+            gains[b, step] = fresh[chosen]
+            ok[b, step] = True
+            onehot = torch.zeros(1, N, dtype=f.dtype, device=f.device)
+            onehot[0, chosen] = 1.0
+            state = obj.update(f, state, onehot)
+    return Selection(indices.to(feats.device), gains, ok.to(feats.device))
+
+
+def soft_greedy_select(
+    features: Any,
+    k: int,
+    objective: ObjectiveLike = "sqrt",
+    tau: float = 1.0,
+    mask: Any = None,
+    relaxation: Literal["soft", "straight_through"] = "straight_through",
+    modular: Any = None,
+) -> SoftSelection:
+    r"""K unfolded greedy layers with a relaxed argmax (the DGN's greedy layers).
+
+    Layer k computes the gains ``g`` of all candidates under the current state and the
+    relaxed argmax
+
+    .. math::
+
+        s_k = \operatorname{softmax}_{v \in \mathcal{A}_k}(g_v / \tau)
+
+    over the available set ``A_k`` (valid, not yet picked); ``s_k`` is exactly 0 elsewhere.
+    The state then advances in one of two ways:
+
+    * ``"straight_through"``: the forward pass adds the one-hot argmax (so the picks and
+      gains equal hard greedy's at every temperature) and the backward pass treats it as
+      ``s_k`` (Bengio et al., 2013).
+    * ``"soft"``: the coverage advances by the expectation ``sum_v s_k[v] H[v]``, and the
+      mass already given to an item is taken off its later chances: layer k uses
+      ``softmax(g / tau + log r)`` with ``r = 1 - sum_{j<k} s_j`` (clamped), restricted to
+      items not yet picked by an earlier layer's argmax.
+
+    As ``tau -> 0`` both become hard greedy. The paper found ``tau`` in (3, 6) best and
+    ``tau = 0.01`` unstable (vanishing/exploding gradients).
+
+    Args:
+        features: ``(N, E)`` or ``(B, N, E)`` (nonnegative for SCMM).
+        k: Number of layers K.
+        objective: Objective instance or name, as in :func:`greedy_select`.
+        tau: Softmax temperature, ``> 0``.
+        mask: Optional ``(B, N)`` bool, True for real candidates.
+        relaxation: ``"straight_through"`` (default) or ``"soft"``.
+        modular: Optional ``(B, N)`` per-item bonus added to each gain.
+
+    Returns:
+        A :class:`SoftSelection` (unbatched input gives unbatched fields).
+
+    Example:
+        >>> H = torch.tensor([[4.0, 0.0], [4.0, 0.0], [0.0, 1.0]])
+        >>> out = soft_greedy_select(H, k=2, tau=1e-3)
+        >>> out.indices.tolist(), out.distributions[1].tolist()
+        ([0, 2], [0.0, 0.0, 1.0])
+    """
+    feats, unbatched, k, obj, valid, mod = _prepare(features, k, objective, mask, modular)
+    tau = check_tau(tau)
+    if relaxation not in RELAXATIONS:
+        raise ValueError(f"relaxation must be one of {RELAXATIONS}, got {relaxation!r}")
+    B, N, _ = feats.shape
+    rows = torch.arange(B, device=feats.device)
+    state = obj.init_state(feats, valid)
+    available = valid.clone()  # (B, N) not padding, not picked by an earlier layer
+    remaining = feats.new_ones(B, N)  # (B, N) soft mass not yet given, for "soft"
+    neg_inf = float("-inf")
+    dists, logits_all, steps, picks, pick_gains, oks = [], [], [], [], [], []
+    for _ in range(k):
+        g = obj.gains(feats, state, modular=mod)  # (B, N)
+        scores = g / tau
+        if relaxation == "soft":
+            scores = scores + torch.log(remaining.clamp_min(1e-30))
+        has = available.any(dim=1)  # (B,)
+        # Rows with nothing left get a dummy all-zero row so softmax stays finite.
+        logits = scores.masked_fill(~available, neg_inf)
+        safe = torch.where(has.unsqueeze(1), logits, torch.zeros_like(logits))
+        s = torch.softmax(safe, dim=1) * has.unsqueeze(1).to(feats.dtype)  # (B, N)
+        s = s.masked_fill(~available, 0.0)
+        best = logits.masked_fill(~has.unsqueeze(1), 0.0).argmax(dim=1)  # (B,)
+        onehot = torch.zeros_like(s)
+        onehot[rows[has], best[has]] = 1.0
+        if relaxation == "straight_through":
+            weights = onehot + s - s.detach()
+        else:
+            weights = s
+            remaining = remaining - s
+        dists.append(s)
+        logits_all.append(logits)
+        steps.append(g.masked_fill(~valid, 0.0))
+        picks.append(torch.where(has, best, torch.full_like(best, -1)))
+        pick_gains.append(torch.where(has, g[rows, best], torch.zeros_like(g[:, 0])))
+        oks.append(has)
+        state = obj.update(feats, state, weights)
+        available = available.clone()
+        available[rows[has], best[has]] = False
+    if k == 0:
+        empty = feats.new_zeros(B, 0, N)
+        out = SoftSelection(
+            empty, empty, torch.zeros(B, 0, dtype=torch.long), feats.new_zeros(B, 0),
+            torch.zeros(B, 0, dtype=torch.bool), empty,
+        )
+    else:
+        out = SoftSelection(
+            torch.stack(dists, 1),
+            torch.stack(logits_all, 1),
+            torch.stack(picks, 1),
+            torch.stack(pick_gains, 1),
+            torch.stack(oks, 1),
+            torch.stack(steps, 1),
+        )
+    if unbatched:
+        out = SoftSelection(*(getattr(out, f)[0] for f in out.__dataclass_fields__))
+    return out

@@ -1,0 +1,307 @@
+"""The Differentiable Greedy Network: encoder, learnable SCMM, K unfolded greedy layers.
+
+Powers, Fan, Wisdom, Le Roux, Hershey (2018), "Differentiable Greedy Networks".
+In ``train()`` mode the greedy layers use a relaxed argmax (softmax with temperature);
+in ``eval()`` mode the model runs exact hard greedy on the learned objective, so the
+test-time picks keep the submodular structure and its guarantees.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from dgn._validation import as_features, as_mask
+from dgn._version import __version__
+from dgn.encoder import DeepEncoder, Encoder
+from dgn.errors import DgnUserError
+from dgn.greedy import RELAXATIONS, greedy_select, soft_greedy_select
+from dgn.objectives import CONCAVE_FUNCTIONS, SCMM
+
+__all__ = ["DGNConfig", "DGN", "DGNOutput", "CONFIG_NAME", "WEIGHTS_NAME"]
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+_FORMAT = "dgn-model"
+_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class DGNConfig:
+    """Hyperparameters of a :class:`DGN` (defaults: the settings of the FM2 benchmark).
+
+    Attributes:
+        in_features: F, the size of each candidate's input features (300 for fastText).
+        hidden_features: Width of the encoder's hidden layer(s).
+        encoded_features: E (the paper's F'), the size of the nonnegative encoding.
+        steps: K, the number of unfolded greedy layers (the paper: 7).
+        tau: Softmax temperature of the relaxed argmax (the paper: (3, 6) best).
+        concave: The concave function of the SCMM objective.
+        concave_params: Its parameters (``scale``, ``cap`` or ``p``), if any.
+        relaxation: ``"straight_through"`` or ``"soft"`` (see :func:`dgn.soft_greedy_select`).
+        learn_weights: Learn the SCMM feature weights ``alpha >= 0`` (else all ones).
+        deep: Use the three-layer :class:`~dgn.encoder.DeepEncoder`.
+        dropout: Dropout inside the encoder during training.
+    """
+
+    in_features: int = 300
+    hidden_features: int = 300
+    encoded_features: int = 256
+    steps: int = 7
+    tau: float = 4.0
+    concave: str = "sqrt"
+    concave_params: dict[str, float] = field(default_factory=dict)
+    relaxation: str = "straight_through"
+    learn_weights: bool = True
+    deep: bool = False
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("in_features", "hidden_features", "encoded_features"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"DGNConfig.{name} must be a positive integer, got {value!r}")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps <= 0:
+            raise ValueError(f"DGNConfig.steps must be a positive integer, got {self.steps!r}")
+        if not isinstance(self.tau, (int, float)) or not math.isfinite(self.tau) or self.tau <= 0:
+            raise ValueError(f"DGNConfig.tau must be a finite number > 0, got {self.tau!r}")
+        if self.concave not in CONCAVE_FUNCTIONS:
+            raise ValueError(
+                f"DGNConfig.concave must be one of {sorted(CONCAVE_FUNCTIONS)}, got {self.concave!r}"
+            )
+        if self.relaxation not in RELAXATIONS:
+            raise ValueError(f"DGNConfig.relaxation must be one of {RELAXATIONS}, got {self.relaxation!r}")
+        if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"DGNConfig.dropout must be in [0, 1), got {self.dropout!r}")
+        SCMM(self.concave, **self.concave_params)  # validates the parameters
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, source: str = "config") -> DGNConfig:
+        """Build a config from a dict, rejecting unknown or ill-typed fields.
+
+        Raises:
+            DgnUserError: An unknown field or a bad value, naming ``source`` and the field.
+        """
+        if not isinstance(data, dict):
+            raise DgnUserError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise DgnUserError(f"{source}: unknown field(s) {unknown} (known: {sorted(known)})")
+        try:
+            return cls(**data)
+        except (TypeError, ValueError) as exc:
+            raise DgnUserError(f"{source}: {exc}") from None
+
+
+@dataclass
+class DGNOutput:
+    """What :meth:`DGN.forward` returns.
+
+    Attributes:
+        logits: ``(B, K, N)`` layer scores ``gain / tau`` (``-inf`` where a candidate is
+            padding or already picked); the loss takes these.
+        distributions: ``(B, K, N)`` the softmax of ``logits`` (exactly 0 where ``-inf``).
+        indices: ``(B, K)`` picks in order, ``-1`` where nothing was left.
+        gains: ``(B, K)`` marginal gain of each pick under the learned objective.
+        valid: ``(B, K)`` bool.
+        encoded: ``(B, N, E)`` the nonnegative encoder output H.
+    """
+
+    logits: Tensor
+    distributions: Tensor
+    indices: Tensor
+    gains: Tensor
+    valid: Tensor
+    encoded: Tensor
+
+
+class DGN(nn.Module):
+    """Differentiable Greedy Network (Powers et al., 2018).
+
+    ``H = encoder(X)`` (nonnegative), ``f = SCMM(concave, alpha)`` with learnable
+    ``alpha >= 0``, then K greedy layers maximise f over the candidates. Training uses the
+    relaxed layers of :func:`dgn.soft_greedy_select`; ``eval()`` runs exact
+    :func:`dgn.greedy_select` on the learned H and alpha.
+
+    Args:
+        config: The hyperparameters.
+
+    Shape:
+        - features: ``(B, N, F)`` (or ``(N, F)``)
+        - mask: ``(B, N)`` bool, True for real candidates
+        - output: :class:`DGNOutput` with ``(B, K, N)`` logits and ``(B, K)`` picks
+
+    Example:
+        >>> model = DGN(DGNConfig(in_features=8, hidden_features=16, encoded_features=4, steps=3))
+        >>> out = model.eval()(torch.randn(2, 5, 8))
+        >>> out.indices.shape, out.logits.shape
+        (torch.Size([2, 3]), torch.Size([2, 3, 5]))
+    """
+
+    def __init__(self, config: DGNConfig | None = None) -> None:
+        super().__init__()
+        self.config = config if config is not None else DGNConfig()
+        c = self.config
+        encoder_cls = DeepEncoder if c.deep else Encoder
+        self.encoder = encoder_cls(c.in_features, c.hidden_features, c.encoded_features, c.dropout)
+        if c.learn_weights:
+            self.objective = SCMM(
+                c.concave, learnable=True, num_features=c.encoded_features, **c.concave_params
+            )
+        else:
+            self.objective = SCMM(c.concave, **c.concave_params)
+        # Set by from_pretrained / save_pretrained: settings stored beside the weights
+        # (e.g. how features were built), so inference can reproduce them.
+        self.extra: dict[str, Any] = {}
+
+    def encode(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``(B, N, F) -> (B, N, E)`` nonnegative encoding; padding rows are zeroed."""
+        H = self.encoder(features)
+        if mask is not None:
+            H = H * mask.unsqueeze(-1).to(H.dtype)
+        return H  # type: ignore[no-any-return]
+
+    def forward(self, features: Any, mask: Any = None, steps: int | None = None) -> DGNOutput:
+        """Select ``steps`` (default K) candidates per problem.
+
+        Args:
+            features: ``(B, N, F)`` or ``(N, F)`` input features.
+            mask: Optional ``(B, N)`` bool, True for real candidates.
+            steps: Override the number of greedy steps (e.g. to rank beyond K at test time).
+
+        Returns:
+            A :class:`DGNOutput` (batched; unbatched input is given a batch of 1).
+        """
+        X, _ = as_features(features)
+        B, N, F = X.shape
+        if F != self.config.in_features:
+            raise ValueError(
+                f"features have F={F} but the model expects in_features={self.config.in_features}"
+            )
+        param = next(self.parameters())
+        X = X.to(dtype=param.dtype, device=param.device)
+        valid = as_mask(mask, B, N, X.device)
+        K = self.config.steps if steps is None else steps
+        H = self.encode(X, valid)  # (B, N, E)
+        tau = self.config.tau
+        if self.training:
+            out = soft_greedy_select(H, K, self.objective, tau, valid, self.config.relaxation)
+            return DGNOutput(out.logits, out.distributions, out.indices, out.gains, out.valid, H)
+        sel = greedy_select(H, K, self.objective, valid, return_step_gains=True)
+        assert sel.step_gains is not None, "naive greedy returns step gains when asked"
+        logits = sel.step_gains / tau  # (B, K, N), -inf where unavailable
+        finite_row = torch.isfinite(logits).any(-1, keepdim=True)
+        dists = torch.softmax(torch.where(finite_row, logits, torch.zeros_like(logits)), -1)
+        dists = dists * finite_row.to(dists.dtype)
+        return DGNOutput(logits, dists, sel.indices, sel.gains, sel.valid, H)
+
+    def num_parameters(self) -> int:
+        """The number of trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    # ------------------------------------------------------------------ persistence
+    def save_pretrained(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` into ``directory``.
+
+        Each file is written to a temporary name, flushed to disk and renamed, so an
+        interrupted save never leaves a half-written file under the real name.
+
+        Args:
+            directory: Created if missing.
+            extra: JSON-serialisable settings stored with the config (default: ``self.extra``).
+
+        Returns:
+            The directory.
+        """
+        from safetensors.torch import save_file
+
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "format": _FORMAT,
+            "format_version": _FORMAT_VERSION,
+            "dgn_version": __version__,
+            "config": self.config.to_dict(),
+            "extra": self.extra if extra is None else extra,
+        }
+        tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        _atomic_replace(path / WEIGHTS_NAME, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+        text = json.dumps(meta, indent=2, sort_keys=True) + "\n"
+        _atomic_replace(path / CONFIG_NAME, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        return path
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> DGN:
+        """Load a model written by :meth:`save_pretrained`.
+
+        Raises:
+            DgnUserError: Missing files, a config from another format version or with
+                unknown fields, or weights that do not fit the config.
+        """
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        path = Path(directory)
+        config_path = path / CONFIG_NAME
+        weights_path = path / WEIGHTS_NAME
+        if not config_path.is_file():
+            raise DgnUserError(f"{config_path}: no model config found (is {path} a dgn checkpoint?)")
+        if not weights_path.is_file():
+            raise DgnUserError(f"{weights_path}: model weights missing")
+        try:
+            meta = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DgnUserError(f"{config_path}: cannot read config: {exc}") from None
+        if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+            raise DgnUserError(f"{config_path}: field 'format': not a dgn model config")
+        if meta.get("format_version") != _FORMAT_VERSION:
+            raise DgnUserError(
+                f"{config_path}: field 'format_version': checkpoint format "
+                f"{meta.get('format_version')!r} is not supported (this dgn {__version__} reads {_FORMAT_VERSION})"
+            )
+        config = DGNConfig.from_dict(meta.get("config"), source=f"{config_path}: field 'config'")
+        model = cls(config)
+        try:
+            state = load_file(str(weights_path), device=str(map_location))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise DgnUserError(f"{weights_path}: cannot read weights: {exc}") from None
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            first = str(exc).strip().splitlines()
+            detail = " ".join(line.strip() for line in first[:3])
+            raise DgnUserError(f"{weights_path}: weights do not match the config: {detail}") from None
+        extra = meta.get("extra") or {}
+        if not isinstance(extra, dict):
+            raise DgnUserError(f"{config_path}: field 'extra': expected an object")
+        model.extra = extra
+        model.eval()
+        return model
+
+
+def _atomic_replace(target: Path, write: Any) -> None:
+    """Call ``write(tmp_path)``, fsync the result and rename it onto ``target``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

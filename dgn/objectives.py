@@ -1,0 +1,436 @@
+"""Monotone submodular objectives that greedy selection maximises.
+
+Two families share one interface, so hard greedy (:func:`dgn.greedy_select`) and the
+relaxed, differentiable greedy layers (:func:`dgn.soft_greedy_select`) drive the same
+objects:
+
+* :class:`SCMM`, the sum of concave over modular functions ("feature-based" functions)
+  of the Differentiable Greedy Networks paper (Powers et al., 2018, eq. 2)::
+
+      f(A) = sum_e alpha_e * phi(c_e(A)) + sum_{v in A} beta_v,   c(A) = sum_{v in A} H[v]
+
+* :class:`FacilityLocation`, ``f(A) = sum_i max_{v in A} S[i, v]`` with a nonnegative
+  similarity ``S = H H^T`` between the items of a problem.
+
+The interface (all batched over B problems of N candidates):
+
+* ``init_state(features, mask)`` -> the state of the empty set,
+* ``gains(features, state, mask)`` -> ``(B, N)`` marginal gains of every candidate,
+* ``update(features, state, weights)`` -> the state after adding ``weights`` (``(B, N)``,
+  a one-hot pick or a relaxed distribution over candidates),
+* ``value(features, selected, mask)`` -> ``(B,)`` objective of a (possibly soft) set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Union
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from dgn._validation import as_features, as_mask, as_modular
+
+__all__ = [
+    "CONCAVE_FUNCTIONS",
+    "Objective",
+    "SCMM",
+    "FacilityLocation",
+    "make_objective",
+    "concave",
+]
+
+_GRAD_FLOOR = 1e-12
+
+
+class _FlooredPow(torch.autograd.Function):
+    """``x ** p`` (``0 < p <= 1``) whose derivative is floored at ``x = 1e-12``.
+
+    ReLU encoders emit exact zeros, where the true derivative of ``sqrt`` (and of any
+    ``x ** p`` with ``p < 1``) is infinite and would turn one gradient step into NaNs.
+    The forward value is exact.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, p: float) -> Tensor:
+        ctx.save_for_backward(x)
+        ctx.p = p
+        return x.pow(p)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        (x,) = ctx.saved_tensors
+        p = ctx.p
+        return grad * p * x.clamp_min(_GRAD_FLOOR).pow(p - 1.0), None
+
+
+def _sqrt(x: Tensor, inplace: bool) -> Tensor:
+    if inplace:
+        return x.sqrt_()
+    if not x.requires_grad:
+        return x.sqrt()
+    return _FlooredPow.apply(x, 0.5)  # type: ignore[no-any-return]
+
+
+def _log1p(x: Tensor, inplace: bool, scale: float = 1.0) -> Tensor:
+    if inplace:
+        return x.div_(scale).log1p_() if scale != 1.0 else x.log1p_()
+    return torch.log1p(x / scale)
+
+
+def _exp(x: Tensor, inplace: bool, scale: float = 1.0) -> Tensor:
+    # phi(x) = 1 - exp(-x / scale)
+    if inplace:
+        return x.mul_(-1.0 / scale).expm1_().neg_()
+    return -torch.expm1(-x / scale)
+
+
+def _saturate(x: Tensor, inplace: bool, cap: float = 1.0) -> Tensor:
+    if inplace:
+        return x.clamp_(max=cap)
+    return torch.clamp(x, max=cap)
+
+
+def _pow(x: Tensor, inplace: bool, p: float = 0.5) -> Tensor:
+    if inplace:
+        return x.pow_(p)
+    if x.requires_grad and p < 1.0:
+        return _FlooredPow.apply(x, p)  # type: ignore[no-any-return]
+    return x.pow(p)
+
+
+ConcaveFn = Callable[..., Tensor]
+
+#: Concave, nondecreasing functions with ``phi(0) = 0``: name -> (function, default params).
+CONCAVE_FUNCTIONS: dict[str, tuple[ConcaveFn, dict[str, float]]] = {
+    "sqrt": (_sqrt, {}),
+    "log1p": (_log1p, {"scale": 1.0}),
+    "exp": (_exp, {"scale": 1.0}),
+    "saturate": (_saturate, {"cap": 1.0}),
+    "pow": (_pow, {"p": 0.5}),
+}
+
+
+def _check_concave(name: str, params: dict[str, Any]) -> dict[str, float]:
+    if name not in CONCAVE_FUNCTIONS:
+        known = ", ".join(sorted(CONCAVE_FUNCTIONS))
+        raise ValueError(f"unknown concave function {name!r}; known: {known}")
+    _, defaults = CONCAVE_FUNCTIONS[name]
+    unknown = set(params) - set(defaults)
+    if unknown:
+        allowed = ", ".join(sorted(defaults)) or "none"
+        raise ValueError(
+            f"unknown parameter(s) {sorted(unknown)} for concave function {name!r}; allowed: {allowed}"
+        )
+    merged = {**defaults, **{k: float(v) for k, v in params.items()}}
+    for key, value in merged.items():
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"parameter {key} of concave function {name!r} must be > 0, got {value}")
+    if name == "pow" and merged["p"] > 1.0:
+        raise ValueError(f"parameter p of 'pow' must be in (0, 1] to stay concave, got {merged['p']}")
+    return merged
+
+
+def concave(name: str, x: Tensor, **params: float) -> Tensor:
+    """Apply a named concave function elementwise.
+
+    Args:
+        name: One of ``sqrt``, ``log1p`` (``log(1 + x / scale)``), ``exp``
+            (``1 - exp(-x / scale)``), ``saturate`` (``min(x, cap)``), ``pow`` (``x ** p``,
+            ``0 < p <= 1``).
+        x: Nonnegative input of any shape.
+        **params: The function's parameters (``scale``, ``cap`` or ``p``).
+
+    Example:
+        >>> concave("saturate", torch.tensor([0.5, 2.0]), cap=1.0)
+        tensor([0.5000, 1.0000])
+    """
+    merged = _check_concave(name, params)
+    fn, _ = CONCAVE_FUNCTIONS[name]
+    return fn(x, False, **merged)
+
+
+class Objective(nn.Module):
+    """Base class of the batched set functions greedy selection maximises."""
+
+    def init_state(self, features: Tensor, mask: Tensor | None = None) -> Any:
+        """The state of the empty set for ``features`` of shape ``(B, N, E)``."""
+        raise NotImplementedError
+
+    def gains(
+        self,
+        features: Tensor,
+        state: Any,
+        mask: Tensor | None = None,
+        modular: Tensor | None = None,
+    ) -> Tensor:
+        """Marginal gain ``f(A + v) - f(A)`` of every candidate, shape ``(B, N)``."""
+        raise NotImplementedError
+
+    def candidate_gains(self, features: Tensor, state: Any, index: Tensor) -> Tensor:
+        """Gains of the candidates ``index`` (``(B, M)`` long) only; ``(B, M)``.
+
+        The default computes every gain and gathers; subclasses override it when a
+        subset is cheaper (lazy greedy evaluates one candidate at a time).
+        """
+        return self.gains(features, state).gather(1, index)
+
+    def update(self, features: Tensor, state: Any, weights: Tensor) -> Any:
+        """The state after adding ``weights`` (``(B, N)``: one-hot or a distribution)."""
+        raise NotImplementedError
+
+    def value(
+        self,
+        features: Any,
+        selected: Any,
+        mask: Any = None,
+        modular: Any = None,
+    ) -> Tensor:
+        """``f(S)`` for ``selected``, a ``(B, N)`` bool set or nonnegative soft weights.
+
+        Args:
+            features: ``(B, N, E)`` or ``(N, E)``.
+            selected: ``(B, N)`` (or ``(N,)``) bool or float weights.
+            mask: Optional ``(B, N)`` validity mask; masked items never count.
+            modular: Optional ``(B, N)`` per-item bonus added for selected items.
+
+        Returns:
+            ``(B,)`` objective values (``()`` for unbatched input).
+        """
+        feats, unbatched = as_features(features, nonnegative=self._needs_nonnegative)
+        B, N, _ = feats.shape
+        valid = as_mask(mask, B, N, feats.device)
+        if not isinstance(selected, Tensor):
+            selected = torch.as_tensor(selected)
+        if selected.dim() == 1 and B == 1:
+            selected = selected.unsqueeze(0)
+        if tuple(selected.shape) != (B, N):
+            raise ValueError(f"selected must have shape ({B}, {N}), got {tuple(selected.shape)}")
+        weights = selected.to(feats.dtype) * valid.to(feats.dtype)
+        state = self.update(feats, self.init_state(feats, valid), weights)
+        out = self._state_value(feats, state)
+        mod = as_modular(modular, B, N, feats)
+        if mod is not None:
+            out = out + (weights * mod).sum(-1)
+        return out.squeeze(0) if unbatched else out
+
+    _needs_nonnegative = False
+
+    def _state_value(self, features: Tensor, state: Any) -> Tensor:
+        raise NotImplementedError
+
+
+class SCMM(Objective):
+    r"""Sum of concave over modular functions (feature-based submodular function).
+
+    .. math::
+
+        f(A) = \sum_e \alpha_e \, \phi\Big(\sum_{v \in A} H_{v e}\Big) + \sum_{v \in A} \beta_v,
+        \qquad
+        \Delta(v \mid A) = \sum_e \alpha_e \big(\phi(c_e + H_{v e}) - \phi(c_e)\big) + \beta_v
+
+    with ``H >= 0``, ``alpha >= 0`` and ``phi`` concave, nondecreasing, ``phi(0) = 0``:
+    monotone submodular, so greedy is ``(1 - 1/e)``-optimal under a cardinality budget
+    (Nemhauser et al., 1978). This is eq. (2) of Powers et al., "Differentiable Greedy
+    Networks" (2018); with ``alpha = 1`` it is apricot's ``FeatureBasedSelection``.
+
+    Args:
+        concave: ``"sqrt"``, ``"log1p"``, ``"exp"``, ``"saturate"`` or ``"pow"``.
+        weights: Optional fixed ``(E,)`` nonnegative feature weights ``alpha`` (default 1).
+        learnable: Learn ``alpha = softplus(rho)`` (initialised to 1); needs
+            ``num_features``.
+        num_features: E, for learnable weights.
+        **params: Parameters of the concave function (``scale``, ``cap``, ``p``).
+
+    Shape:
+        - features: ``(B, N, E)``, nonnegative
+        - state: coverage ``(B, E)``
+        - gains: ``(B, N)``
+
+    Example:
+        >>> f = SCMM("sqrt")
+        >>> H = torch.tensor([[[4.0, 0.0], [0.0, 1.0]]])
+        >>> f.value(H, torch.tensor([[True, True]]))
+        tensor([3.])
+    """
+
+    _needs_nonnegative = True
+
+    def __init__(
+        self,
+        concave: str = "sqrt",
+        weights: Any = None,
+        *,
+        learnable: bool = False,
+        num_features: int | None = None,
+        **params: float,
+    ) -> None:
+        super().__init__()
+        self.concave = concave
+        self.params = _check_concave(concave, params)
+        self._phi, _ = CONCAVE_FUNCTIONS[concave]
+        self.learnable = learnable
+        if learnable:
+            if weights is not None:
+                raise ValueError("pass either fixed weights or learnable=True, not both")
+            if num_features is None or num_features <= 0:
+                raise ValueError(f"learnable weights need num_features > 0, got {num_features!r}")
+            # softplus(rho) = 1 at rho = log(e - 1)
+            init = math.log(math.e - 1.0)
+            self.raw_weights = nn.Parameter(torch.full((num_features,), init))
+        else:
+            if weights is not None:
+                w = torch.as_tensor(weights, dtype=torch.get_default_dtype())
+                if w.dim() != 1:
+                    raise ValueError(f"weights must have shape (E,), got {tuple(w.shape)}")
+                if not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
+                    raise ValueError("weights must be finite and nonnegative")
+                self.register_buffer("fixed_weights", w)
+            else:
+                self.fixed_weights = None
+
+    def extra_repr(self) -> str:
+        params = ", ".join(f"{k}={v:g}" for k, v in self.params.items())
+        return f"concave={self.concave!r}" + (f", {params}" if params else "") + (
+            ", learnable=True" if self.learnable else ""
+        )
+
+    def weights(self, like: Tensor) -> Tensor | None:
+        """The nonnegative ``alpha`` ``(E,)`` in ``like``'s dtype, or None for all ones."""
+        if self.learnable:
+            w = F.softplus(self.raw_weights)
+        elif self.fixed_weights is not None:
+            w = self.fixed_weights
+        else:
+            return None
+        if w.shape[0] != like.shape[-1]:
+            raise ValueError(
+                f"objective has {w.shape[0]} feature weights but features have E={like.shape[-1]}"
+            )
+        return w.to(dtype=like.dtype, device=like.device)
+
+    def phi(self, x: Tensor, inplace: bool = False) -> Tensor:
+        """The concave function, elementwise."""
+        return self._phi(x, inplace, **self.params)
+
+    def _reduce(self, x: Tensor, alpha: Tensor | None) -> Tensor:
+        return x.sum(-1) if alpha is None else x @ alpha
+
+    def init_state(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+        B, _, E = features.shape
+        return features.new_zeros(B, E)  # (B, E) coverage of the empty set
+
+    def gains(
+        self,
+        features: Tensor,
+        state: Tensor,
+        mask: Tensor | None = None,
+        modular: Tensor | None = None,
+    ) -> Tensor:
+        alpha = self.weights(features)
+        coverage = state.unsqueeze(1)  # (B, 1, E)
+        inplace = not (torch.is_grad_enabled() and (features.requires_grad or state.requires_grad
+                                                     or (alpha is not None and alpha.requires_grad)))
+        if inplace:
+            grown = self.phi(features + coverage, inplace=True)  # (B, N, E), fresh buffer
+        else:
+            grown = self.phi(features + coverage)
+        base = self._reduce(self.phi(state.clone() if inplace else state, inplace=inplace), alpha)
+        out = self._reduce(grown, alpha) - base.unsqueeze(1)  # (B, N)
+        if modular is not None:
+            out = out + modular
+        if mask is not None:
+            out = out.masked_fill(~mask, 0.0)
+        return out
+
+    def candidate_gains(self, features: Tensor, state: Tensor, index: Tensor) -> Tensor:
+        rows = features.gather(1, index.unsqueeze(-1).expand(-1, -1, features.shape[-1]))
+        return self.gains(rows, state)
+
+    def update(self, features: Tensor, state: Tensor, weights: Tensor) -> Tensor:
+        return state + torch.einsum("bn,bne->be", weights.to(features.dtype), features)
+
+    def _state_value(self, features: Tensor, state: Tensor) -> Tensor:
+        return self._reduce(self.phi(state), self.weights(features))
+
+
+class FacilityLocation(Objective):
+    r"""Facility location: ``f(A) = sum_i max_{v in A} S[i, v]`` over the valid items i.
+
+    The similarity is ``S = H H^T`` (nonnegative for nonnegative features) or, with
+    ``similarity="cosine"``, the cosine of the rows clamped at 0. Monotone submodular.
+
+    Shape:
+        - features: ``(B, N, E)``
+        - state: ``(similarity (B, N, N), best (B, N))``
+        - gains: ``(B, N)``
+
+    Example:
+        >>> f = FacilityLocation()
+        >>> H = torch.tensor([[[1.0, 0.0], [0.0, 2.0]]])
+        >>> f.value(H, torch.tensor([[True, False]]))
+        tensor([1.])
+    """
+
+    _needs_nonnegative = False
+
+    def __init__(self, similarity: str = "dot") -> None:
+        super().__init__()
+        if similarity not in ("dot", "cosine"):
+            raise ValueError(f"similarity must be 'dot' or 'cosine', got {similarity!r}")
+        self.similarity = similarity
+
+    def init_state(self, features: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        B, N, _ = features.shape
+        x = F.normalize(features, dim=-1) if self.similarity == "cosine" else features
+        sim = (x @ x.transpose(1, 2)).clamp_min(0.0)  # (B, N, N): rows = ground items i
+        if mask is not None:
+            sim = sim * mask.unsqueeze(-1).to(sim.dtype)  # masked ground items count nothing
+        return sim, features.new_zeros(B, N)
+
+    def gains(
+        self,
+        features: Tensor,
+        state: tuple[Tensor, Tensor],
+        mask: Tensor | None = None,
+        modular: Tensor | None = None,
+    ) -> Tensor:
+        sim, best = state
+        out = (sim - best.unsqueeze(-1)).clamp_min(0.0).sum(1)  # (B, N) over ground items
+        if modular is not None:
+            out = out + modular
+        if mask is not None:
+            out = out.masked_fill(~mask, 0.0)
+        return out
+
+    def update(self, features: Tensor, state: tuple[Tensor, Tensor], weights: Tensor) -> tuple[Tensor, Tensor]:
+        sim, best = state
+        if bool(((weights == 0) | (weights == 1)).all()) and not weights.requires_grad:
+            # Exact set semantics: the best similarity over the chosen items.
+            chosen = sim.masked_fill(~weights.bool().unsqueeze(1), 0.0).amax(-1)
+            return sim, torch.maximum(best, chosen)
+        # Relaxed: coverage by the expected similarity of the soft pick.
+        return sim, torch.maximum(best, torch.einsum("bin,bn->bi", sim, weights.to(sim.dtype)))
+
+    def _state_value(self, features: Tensor, state: tuple[Tensor, Tensor]) -> Tensor:
+        return state[1].sum(-1)
+
+
+ObjectiveLike = Union[str, Objective]
+
+
+def make_objective(objective: ObjectiveLike) -> Objective:
+    """Resolve an objective: an :class:`Objective` passes through; a concave function's
+    name gives ``SCMM(name)``; ``"facility"`` gives :class:`FacilityLocation`."""
+    if isinstance(objective, Objective):
+        return objective
+    if isinstance(objective, str):
+        if objective in ("facility", "facility_location"):
+            return FacilityLocation()
+        return SCMM(objective)
+    raise ValueError(
+        f"objective must be an Objective or a name ({', '.join(sorted(CONCAVE_FUNCTIONS))}, "
+        f"facility), got {type(objective).__name__}"
+    )
