@@ -193,6 +193,14 @@ def _naive(
     return_step_gains: bool,
 ) -> Selection:
     B, N, _ = feats.shape
+    if N == 0:  # nothing to pick from
+        empty = Selection(
+            torch.full((B, k), -1, dtype=torch.long, device=feats.device),
+            feats.new_zeros(B, k),
+            torch.zeros(B, k, dtype=torch.bool, device=feats.device),
+            feats.new_zeros(B, k, 0) if return_step_gains else None,
+        )
+        return empty
     rows = torch.arange(B, device=feats.device)
     state = obj.init_state(feats, valid)
     available = valid.clone()  # (B, N) valid and not yet selected
@@ -288,7 +296,7 @@ def soft_greedy_select(
     objective: ObjectiveLike = "sqrt",
     tau: float = 1.0,
     mask: Any = None,
-    relaxation: Literal["soft", "straight_through"] = "straight_through",
+    relaxation: Literal["soft", "straight_through"] = "soft",
     modular: Any = None,
 ) -> SoftSelection:
     r"""K unfolded greedy layers with a relaxed argmax (the DGN's greedy layers).
@@ -320,7 +328,8 @@ def soft_greedy_select(
         objective: Objective instance or name, as in :func:`greedy_select`.
         tau: Softmax temperature, ``> 0``.
         mask: Optional ``(B, N)`` bool, True for real candidates.
-        relaxation: ``"straight_through"`` (default) or ``"soft"``.
+        relaxation: ``"soft"`` (default; differentiable everywhere) or
+            ``"straight_through"`` (its gradient is a surrogate).
         modular: Optional ``(B, N)`` per-item bonus added to each gain.
 
     Returns:
@@ -334,6 +343,8 @@ def soft_greedy_select(
     """
     feats, unbatched, k, obj, valid, mod = _prepare(features, k, objective, mask, modular)
     tau = check_tau(tau)
+    if feats.shape[1] == 0:
+        raise ValueError("soft_greedy_select needs at least one candidate (got N = 0)")
     if relaxation not in RELAXATIONS:
         raise ValueError(f"relaxation must be one of {RELAXATIONS}, got {relaxation!r}")
     B, N, _ = feats.shape

@@ -59,7 +59,7 @@ class DGNConfig:
     tau: float = 4.0
     concave: str = "sqrt"
     concave_params: dict[str, float] = field(default_factory=dict)
-    relaxation: str = "straight_through"
+    relaxation: str = "soft"
     learn_weights: bool = True
     deep: bool = False
     dropout: float = 0.0

@@ -1,0 +1,117 @@
+"""Layer-wise and soft-label cross entropy: hand cases, masking, gradients."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from dgn import (
+    LayerwiseCrossEntropy,
+    SoftLabelCrossEntropy,
+    layerwise_cross_entropy,
+    soft_greedy_select,
+    soft_label_cross_entropy,
+)
+
+TOL = 1e-9
+
+
+def _layers(*rows):
+    return torch.log(torch.tensor([rows], dtype=torch.float64))
+
+
+def test_layerwise_hand_computed():
+    # layer 1: s = (.5, .25, .25), gold {0, 1}, nothing picked yet -> -log .5 - log .25
+    # layer 1 picks 0 (argmax); layer 2: s = (0, .5, .5), open gold {1} -> -log .5
+    logits = _layers([0.5, 0.25, 0.25], [0.0, 0.5, 0.5])
+    gold = torch.tensor([[True, True, False]])
+    expected = -(math.log(0.5) + math.log(0.25)) - math.log(0.5)
+    assert float(layerwise_cross_entropy(logits, gold)) == pytest.approx(expected, abs=TOL)
+
+
+def test_layers_after_all_gold_is_picked_add_nothing():
+    logits = _layers([0.9, 0.05, 0.05], [0.0, 0.2, 0.8], [0.0, 1.0, 0.0])
+    gold = torch.tensor([[True, False, False]])
+    assert float(layerwise_cross_entropy(logits, gold)) == pytest.approx(-math.log(0.9), abs=TOL)
+
+
+def test_explicit_indices_override_argmax():
+    logits = _layers([0.5, 0.25, 0.25], [0.2, 0.4, 0.4])
+    gold = torch.tensor([[True, True, False]])
+    # if layer 1 picked item 2 (not its argmax), gold {0, 1} stays open in layer 2
+    loss = layerwise_cross_entropy(logits, gold, indices=torch.tensor([[2, 1]]))
+    expected = -(math.log(0.5) + math.log(0.25)) - (math.log(0.2) + math.log(0.4))
+    assert float(loss) == pytest.approx(expected, abs=TOL)
+    probs = layerwise_cross_entropy(logits.exp(), gold, indices=torch.tensor([[2, 1]]), from_logits=False)
+    assert float(probs) == pytest.approx(expected, abs=TOL)
+
+
+def test_soft_label_hand_computed():
+    logits = _layers([0.5, 0.25, 0.25], [0.0, 0.5, 0.5])
+    relevance = torch.tensor([[3.0, 1.0, 0.0]])
+    # layer 1: p = (.75, .25, 0); layer 2 (0 picked): p = (0, 1, 0)
+    expected = -(0.75 * math.log(0.5) + 0.25 * math.log(0.25)) - math.log(0.5)
+    assert float(soft_label_cross_entropy(logits, relevance)) == pytest.approx(expected, abs=TOL)
+
+
+def test_soft_label_with_single_gold_equals_layerwise():
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 3, 6, dtype=torch.float64, generator=gen)
+    gold = torch.zeros(4, 6, dtype=torch.bool)
+    gold[torch.arange(4), torch.tensor([1, 3, 0, 5])] = True
+    torch.testing.assert_close(
+        soft_label_cross_entropy(logits, gold.double(), reduction="none"),
+        layerwise_cross_entropy(logits, gold, reduction="none"),
+    )
+
+
+def test_reductions_and_modules():
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(5, 3, 4, dtype=torch.float64, generator=gen)
+    gold = torch.rand(5, 4, generator=gen) < 0.5
+    per = layerwise_cross_entropy(logits, gold, reduction="none")
+    assert per.shape == (5,)
+    torch.testing.assert_close(layerwise_cross_entropy(logits, gold, reduction="sum"), per.sum())
+    torch.testing.assert_close(LayerwiseCrossEntropy()(logits, gold), per.mean())
+    rel = gold.double() * 2
+    torch.testing.assert_close(
+        SoftLabelCrossEntropy(reduction="sum")(logits, rel),
+        soft_label_cross_entropy(logits, rel, reduction="sum"),
+    )
+    with pytest.raises(ValueError, match="reduction must be"):
+        layerwise_cross_entropy(logits, gold, reduction="avg")
+
+
+def test_masked_candidates_and_no_gold():
+    logits = torch.tensor([[[0.0, 1.0, float("-inf")], [float("-inf")] * 3]])
+    gold = torch.tensor([[False, False, False]])
+    assert float(layerwise_cross_entropy(logits, gold)) == 0.0
+    gold = torch.tensor([[False, True, False]])
+    loss = layerwise_cross_entropy(logits, gold)
+    assert math.isfinite(float(loss))
+
+
+@pytest.mark.parametrize("loss_fn", [layerwise_cross_entropy, soft_label_cross_entropy])
+def test_gradcheck_loss_through_relaxed_layers(loss_fn):
+    gen = torch.Generator().manual_seed(2)
+    H = (torch.rand(2, 5, 3, dtype=torch.float64, generator=gen) + 0.1).requires_grad_()
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]).bool()
+    gold = torch.tensor([[1, 0, 1, 0, 0], [0, 1, 1, 1, 0]]).bool()
+
+    def fn(H):
+        out = soft_greedy_select(H, 3, tau=0.8, mask=mask, relaxation="soft")
+        target = gold if loss_fn is layerwise_cross_entropy else gold.double() * 1.5
+        return loss_fn(out.logits, target, reduction="none")
+
+    assert torch.autograd.gradcheck(fn, (H,))
+
+
+def test_shape_errors():
+    with pytest.raises(ValueError, match=r"states must have shape \(B, K, N\)"):
+        layerwise_cross_entropy(torch.zeros(3, 4), torch.zeros(3, 4).bool())
+    with pytest.raises(ValueError, match=r"gold must have shape \(2, 4\)"):
+        layerwise_cross_entropy(torch.zeros(2, 3, 4), torch.zeros(2, 5).bool())
+    with pytest.raises(ValueError, match="nonnegative"):
+        soft_label_cross_entropy(torch.zeros(1, 2, 3), -torch.ones(1, 3))
