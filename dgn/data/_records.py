@@ -1,0 +1,56 @@
+"""Field access for the adapters' source records, with located errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dgn.errors import DataError
+
+__all__ = ["get_field", "type_name"]
+
+
+def type_name(value: Any) -> str:
+    """JSON-ish name of a value's type, for error messages."""
+    return "null" if value is None else type(value).__name__
+
+
+def get_field(
+    obj: Any,
+    key: str,
+    expected: type | tuple[type, ...],
+    *,
+    path: str,
+    line: int,
+    what: str | None = None,
+    field_prefix: str = "",
+) -> Any:
+    """Return ``obj[key]`` after checking that it exists and has the expected type.
+
+    Args:
+        obj: A parsed JSON record (must be a dict).
+        key: The field.
+        expected: Accepted Python type(s); ``bool`` never passes for ``int``.
+        path: Source file, for the error.
+        line: 1-based line, for the error.
+        what: Human description of the expected value (defaults to the type names).
+        field_prefix: Prepended to ``key`` in the error's field name (``"evidences[2]."``).
+
+    Returns:
+        The value.
+
+    Raises:
+        DataError: ``obj`` is not an object, or the field is missing or of the wrong type.
+    """
+    if not isinstance(obj, dict):
+        raise DataError(f"expected a JSON object, got {type_name(obj)}", path=path, line=line)
+    name = field_prefix + key
+    if key not in obj:
+        raise DataError("missing required field", path=path, line=line, field=name)
+    value = obj[key]
+    types = expected if isinstance(expected, tuple) else (expected,)
+    if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+        want = what or " or ".join(t.__name__ for t in types)
+        raise DataError(
+            f"expected {want}, got {type_name(value)}", path=path, line=line, field=name
+        )
+    return value
