@@ -1,0 +1,34 @@
+"""Subcommands of the ``dgn`` CLI; each module has ``register(subparsers, types)``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["register_all", "COMMAND_MODULES"]
+
+#: The modules that add subcommands, in the order ``dgn --help`` lists them.
+COMMAND_MODULES = ("data", "train", "predict", "evaluate", "explain", "benchmark")
+
+
+def register_all(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
+    """Import each command module and let it add its subparser(s)."""
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"dgn.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"dgn.commands.{name}":
+                continue
+            raise
+        module.register(sub, types)
+
+
+def add_common_data_dir(parser: argparse.ArgumentParser) -> None:
+    """``--data-dir`` as every dataset-aware command spells it."""
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="folder holding the datasets (default: $DGN_DATA_DIR, else ./data)",
+    )
