@@ -23,7 +23,7 @@ import torch
 
 from dgn.errors import DgnUserError
 
-__all__ = ["BenchmarkSettings", "run_benchmark", "DATASET_SPLITS", "MODEL_NAMES"]
+__all__ = ["BenchmarkSettings", "run_benchmark", "format_results", "prepare_data", "DATASET_SPLITS", "MODEL_NAMES"]
 
 #: Raw files each benchmark dataset uses, and how train / dev / test are formed.
 DATASET_SPLITS: dict[str, dict[str, Any]] = {

@@ -1,6 +1,6 @@
 """The Differentiable Greedy Network: encoder, learnable SCMM, K unfolded greedy layers.
 
-Powers, Fan, Wisdom, Le Roux, Hershey (2018), "Differentiable Greedy Networks".
+Powers, Fakoor, Shakeri, Sethy, Kainth, Mohamed, Sarikaya (2018), "Differentiable Greedy Networks".
 In ``train()`` mode the greedy layers use a relaxed argmax (softmax with temperature);
 in ``eval()`` mode the model runs exact hard greedy on the learned objective, so the
 test-time picks keep the submodular structure and its guarantees.
