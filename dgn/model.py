@@ -23,7 +23,7 @@ from dgn._validation import as_features, as_mask
 from dgn._version import __version__
 from dgn.encoder import DeepEncoder, Encoder
 from dgn.errors import DgnUserError
-from dgn.greedy import RELAXATIONS, greedy_select, soft_greedy_select
+from dgn.greedy import RELAXATIONS, Selection, greedy_select, soft_greedy_select
 from dgn.objectives import CONCAVE_FUNCTIONS, SCMM
 
 __all__ = ["DGNConfig", "DGN", "DGNOutput", "CONFIG_NAME", "WEIGHTS_NAME"]
@@ -50,6 +50,9 @@ class DGNConfig:
         learn_weights: Learn the SCMM feature weights ``alpha >= 0`` (else all ones).
         deep: Use the three-layer :class:`~dgn.encoder.DeepEncoder`.
         dropout: Dropout inside the encoder during training.
+        modular: Add a learned modular term ``beta_v = w . H[v] + b`` to the objective
+            (the optional ``sum_{v in A} beta_v`` of the SCMM): per-sentence relevance
+            beside the diminishing-returns coverage. Off gives the paper's pure SCMM.
     """
 
     in_features: int = 300
@@ -63,6 +66,7 @@ class DGNConfig:
     learn_weights: bool = True
     deep: bool = False
     dropout: float = 0.0
+    modular: bool = True
 
     def __post_init__(self) -> None:
         for name in ("in_features", "hidden_features", "encoded_features"):
@@ -163,6 +167,7 @@ class DGN(nn.Module):
             )
         else:
             self.objective = SCMM(c.concave, **c.concave_params)
+        self.modular = nn.Linear(c.encoded_features, 1) if c.modular else None
         # Set by from_pretrained / save_pretrained: settings stored beside the weights
         # (e.g. how features were built), so inference can reproduce them.
         self.extra: dict[str, Any] = {}
@@ -173,6 +178,39 @@ class DGN(nn.Module):
         if mask is not None:
             H = H * mask.unsqueeze(-1).to(H.dtype)
         return H  # type: ignore[no-any-return]
+
+    def modular_scores(self, H: Tensor) -> Tensor | None:
+        """``(B, N)`` learned per-item bonus ``beta`` (None without a modular term)."""
+        if self.modular is None:
+            return None
+        return self.modular(H).squeeze(-1)  # type: ignore[no-any-return]
+
+    def select(
+        self, features: Any, mask: Any = None, steps: int | None = None, return_step_gains: bool = False
+    ) -> tuple[Tensor, Tensor | None, Selection]:
+        """Exact hard greedy on the learned objective (what ``eval()`` mode runs).
+
+        Returns:
+            ``(H, beta, selection)``: the encoding ``(B, N, E)``, the modular bonus
+            ``(B, N)`` or None, and the :class:`~dgn.greedy.Selection`.
+        """
+        X, valid = self._inputs(features, mask)
+        H = self.encode(X, valid)
+        beta = self.modular_scores(H)
+        K = self.config.steps if steps is None else steps
+        sel = greedy_select(H, K, self.objective, valid, modular=beta, return_step_gains=return_step_gains)
+        return H, beta, sel
+
+    def _inputs(self, features: Any, mask: Any) -> tuple[Tensor, Tensor]:
+        X, _ = as_features(features)
+        B, N, F = X.shape
+        if F != self.config.in_features:
+            raise ValueError(
+                f"features have F={F} but the model expects in_features={self.config.in_features}"
+            )
+        param = next(self.parameters())
+        X = X.to(dtype=param.dtype, device=param.device)
+        return X, as_mask(mask, B, N, X.device)
 
     def forward(self, features: Any, mask: Any = None, steps: int | None = None) -> DGNOutput:
         """Select ``steps`` (default K) candidates per problem.
@@ -185,22 +223,15 @@ class DGN(nn.Module):
         Returns:
             A :class:`DGNOutput` (batched; unbatched input is given a batch of 1).
         """
-        X, _ = as_features(features)
-        B, N, F = X.shape
-        if F != self.config.in_features:
-            raise ValueError(
-                f"features have F={F} but the model expects in_features={self.config.in_features}"
-            )
-        param = next(self.parameters())
-        X = X.to(dtype=param.dtype, device=param.device)
-        valid = as_mask(mask, B, N, X.device)
+        X, valid = self._inputs(features, mask)
         K = self.config.steps if steps is None else steps
         H = self.encode(X, valid)  # (B, N, E)
+        beta = self.modular_scores(H)  # (B, N) or None
         tau = self.config.tau
         if self.training:
-            out = soft_greedy_select(H, K, self.objective, tau, valid, self.config.relaxation)
+            out = soft_greedy_select(H, K, self.objective, tau, valid, self.config.relaxation, modular=beta)
             return DGNOutput(out.logits, out.distributions, out.indices, out.gains, out.valid, H)
-        sel = greedy_select(H, K, self.objective, valid, return_step_gains=True)
+        sel = greedy_select(H, K, self.objective, valid, modular=beta, return_step_gains=True)
         assert sel.step_gains is not None, "naive greedy returns step gains when asked"
         logits = sel.step_gains / tau  # (B, K, N), -inf where unavailable
         finite_row = torch.isfinite(logits).any(-1, keepdim=True)

@@ -48,9 +48,16 @@ def test_eval_runs_hard_greedy_on_learned_objective():
     mask[2, 4:] = False
     out = model(X, mask)
     H = model.encode(X, mask)
-    ref = greedy_select(H.detach(), 3, model.objective, mask=mask)
+    beta = model.modular_scores(H)
+    ref = greedy_select(H.detach(), 3, model.objective, mask=mask, modular=beta.detach())
     assert torch.equal(out.indices, ref.indices)
     torch.testing.assert_close(out.gains, ref.gains)
+    _, _, sel = model.select(X, mask)
+    assert torch.equal(sel.indices, ref.indices)
+    # without the modular term the model is the paper's pure SCMM
+    pure = DGN(DGNConfig(**SMALL, modular=False)).double().eval()
+    Hp = pure.encode(X, mask)
+    assert torch.equal(pure(X, mask).indices, greedy_select(Hp.detach(), 3, pure.objective, mask=mask).indices)
     assert out.logits.shape == (4, 3, 7) and out.distributions.shape == (4, 3, 7)
     assert bool((out.encoded >= 0).all())
     assert out.distributions[2, :, 4:].eq(0).all()

@@ -1,0 +1,63 @@
+"""Regenerate docs/api.md from the package's docstrings: python docs/make_api.py"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from pathlib import Path
+
+SECTIONS = [
+    ("Objectives", "dgn.objectives", ["SCMM", "FacilityLocation", "Objective", "concave", "make_objective"]),
+    ("Greedy", "dgn.greedy", ["greedy_select", "soft_greedy_select", "Selection", "SoftSelection"]),
+    ("Encoders", "dgn.encoder", ["Encoder", "DeepEncoder"]),
+    ("Model", "dgn.model", ["DGNConfig", "DGN", "DGNOutput"]),
+    ("Losses", "dgn.losses", ["layerwise_cross_entropy", "soft_label_cross_entropy",
+                              "LayerwiseCrossEntropy", "SoftLabelCrossEntropy"]),
+    ("Metrics", "dgn.metrics", ["recall_at_k", "precision_at_k", "strict_at_k", "f1_from_precision_recall",
+                                "ndcg_at_k", "mrr", "average_precision", "parse_metric", "SelectionMetrics",
+                                "evaluate_rankings", "fever_score", "format_table"]),
+    ("Data", "dgn.data", ["Problem", "Prediction", "read_problems", "write_problems", "read_predictions",
+                          "write_predictions", "convert", "ADAPTERS", "DATASETS", "locate", "download",
+                          "WikiStore", "atomic_write"]),
+    ("Features", "dgn.features", ["tokenize", "WordVectors", "embed_texts", "train_fasttext_vectors",
+                                  "claim_sentence_features", "cosine_scores", "TfidfScorer", "FeatureCache",
+                                  "CachedFeatures"]),
+    ("Pipeline and training", "dgn.pipeline", ["Featurizer", "SelectionDataset", "Batch"]),
+    ("", "dgn.train", ["TrainConfig", "TrainResult", "train_model", "rank", "evaluate_model"]),
+    ("Baselines", "dgn.baselines", ["EncoderScorer", "tfidf_rankings", "cosine_rankings", "scmm_rankings", "top_k"]),
+    ("Benchmark", "dgn.benchmark", ["run_benchmark", "BenchmarkSettings", "format_results"]),
+    ("Errors", "dgn.errors", ["DgnUserError", "DataError"]),
+]
+
+
+def _signature(obj: object) -> str:
+    try:
+        return str(inspect.signature(obj))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return ""
+
+
+def main() -> None:
+    out = ["# API reference", "",
+           "Generated from the docstrings by `python docs/make_api.py`. Shapes use one legend:",
+           "B batch, N candidates, F input features, E encoded features, K greedy steps.", ""]
+    for title, module_name, names in SECTIONS:
+        module = importlib.import_module(module_name)
+        if title:
+            out += [f"## {title}", ""]
+        for name in names:
+            obj = getattr(module, name)
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                kind = "class" if inspect.isclass(obj) else "def"
+                out += [f"### `{module_name}.{name}`", "", "```python",
+                        f"{kind} {name}{_signature(obj)}", "```", ""]
+                doc = inspect.getdoc(obj) or ""
+                out += [doc, ""]
+            else:
+                out += [f"### `{module_name}.{name}`", "", f"A `{type(obj).__name__}`: "
+                        + (", ".join(f"`{k}`" for k in obj) if isinstance(obj, dict) else repr(obj)), ""]
+    Path(__file__).with_name("api.md").write_text("\n".join(out), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Every Python example in the README and docs that shows its output must print exactly that."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FILES = ["README.md", "docs/objectives.md", "docs/dgn.md"]
+PAIR = re.compile(r"```python\n(?P<code>.*?)```\s*\n(?:Output:\s*\n\s*)?```text\n(?P<out>.*?)```", re.S)
+
+
+def _examples():
+    for name in FILES:
+        text = (REPO / name).read_text(encoding="utf-8")
+        for i, m in enumerate(PAIR.finditer(text)):
+            yield pytest.param(m.group("code"), m.group("out"), id=f"{name}#{i}")
+
+
+@pytest.mark.parametrize("code,expected", list(_examples()))
+def test_example_prints_what_the_docs_show(code, expected):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(code, "<docs example>", "exec"), {"__name__": "__docs__"})
+    assert buf.getvalue().strip() == expected.strip()
+
+
+def test_every_documented_file_has_examples():
+    assert len(list(_examples())) >= 4
