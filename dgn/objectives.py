@@ -42,11 +42,17 @@ __all__ = [
     "concave",
 ]
 
-_GRAD_FLOOR = 1e-12
+# Below this input the derivative of sqrt / x**p is taken at the floor: the true slope at
+# 0 is infinite, and ReLU encoders put exact (and near) zeros there. Forward values stay exact.
+_GRAD_FLOOR = 1e-3
+
+# Without autograd, SCMM gains are computed in blocks of about this many feature entries,
+# so the (rows, E) scratch buffer stays in cache (measured in benchmarks/greedy_speed.py).
+_GAINS_BLOCK = 1 << 16
 
 
 class _FlooredPow(torch.autograd.Function):
-    """``x ** p`` (``0 < p <= 1``) whose derivative is floored at ``x = 1e-12``.
+    """``x ** p`` (``0 < p <= 1``) whose derivative is floored at ``x = 1e-3``.
 
     ReLU encoders emit exact zeros, where the true derivative of ``sqrt`` (and of any
     ``x ** p`` with ``p < 1``) is infinite and would turn one gradient step into NaNs.
@@ -180,6 +186,15 @@ class Objective(nn.Module):
     def update(self, features: Tensor, state: Any, weights: Tensor) -> Any:
         """The state after adding ``weights`` (``(B, N)``: one-hot or a distribution)."""
         raise NotImplementedError
+
+    def _add_items(self, features: Tensor, state: Any, index: Tensor, present: Tensor) -> Any:
+        """The state after adding item ``index[b]`` to problem ``b`` where ``present[b]``
+        (hard greedy's step): :meth:`update` with the one-hot weights."""
+        B = features.shape[0]
+        rows = torch.arange(B, device=features.device)
+        onehot = features.new_zeros(B, features.shape[1])
+        onehot[rows[present], index[present]] = 1.0
+        return self.update(features, state, onehot)
 
     def value(
         self,
@@ -333,24 +348,64 @@ class SCMM(Objective):
         coverage = state.unsqueeze(1)  # (B, 1, E)
         inplace = not (torch.is_grad_enabled() and (features.requires_grad or state.requires_grad
                                                      or (alpha is not None and alpha.requires_grad)))
+        base = self._reduce(self.phi(state.clone() if inplace else state, inplace=inplace), alpha)
         if inplace:
-            grown = self.phi(features + coverage, inplace=True)  # (B, N, E), fresh buffer
+            out = self._blocked_gains(features, coverage, base, alpha)
         else:
             grown = self.phi(features + coverage)
-        base = self._reduce(self.phi(state.clone() if inplace else state, inplace=inplace), alpha)
-        out = self._reduce(grown, alpha) - base.unsqueeze(1)  # (B, N)
+            out = self._reduce(grown, alpha) - base.unsqueeze(1)  # (B, N)
         if modular is not None:
             out = out + modular
         if mask is not None:
             out = out.masked_fill(~mask, 0.0)
         return out
 
+    def _blocked_gains(self, features: Tensor, coverage: Tensor, base: Tensor,
+                       alpha: Tensor | None) -> Tensor:
+        """``reduce(phi(features + coverage)) - base`` without autograd, a block of
+        problems (or, for few problems, of candidates) at a time: the same elementwise
+        operations and per-row reductions as the unblocked expression, on a scratch buffer
+        small enough to stay in cache instead of a fresh ``(B, N, E)`` one."""
+        B, N, E = features.shape
+        out = features.new_empty(B, N)
+        per_problem = N * E
+        if B > 1 and per_problem <= _GAINS_BLOCK:
+            step = max(1, _GAINS_BLOCK // max(1, per_problem))
+            blocks = [(slice(s, s + step), slice(None)) for s in range(0, B, step)]
+        else:
+            step = max(1, _GAINS_BLOCK // max(1, B * E))
+            blocks = [(slice(None), slice(s, s + step)) for s in range(0, N, step)]
+        if len(blocks) <= 1:
+            grown = self.phi(features + coverage, inplace=True)  # fresh buffer
+            return torch.sub(self._reduce(grown, alpha), base.unsqueeze(1), out=out)
+        largest = step * (per_problem if blocks[0][1] == slice(None) else B * E)
+        scratch = features.new_empty(min(features.numel(), largest))
+        for rows, cols in blocks:
+            x = features[rows, cols]
+            buf = scratch[: x.numel()].view(x.shape)
+            torch.add(x, coverage[rows], out=buf)
+            grown = self.phi(buf, inplace=True)
+            torch.sub(self._reduce(grown, alpha), base[rows].unsqueeze(1), out=out[rows, cols])
+        return out
+
     def candidate_gains(self, features: Tensor, state: Tensor, index: Tensor) -> Tensor:
-        rows = features.gather(1, index.unsqueeze(-1).expand(-1, -1, features.shape[-1]))
-        return self.gains(rows, state)
+        B, N, E = features.shape
+        # Whole rows by index_select (a copy per row; gather indexes every entry).
+        offset = (torch.arange(B, device=index.device) * N).unsqueeze(1)
+        rows = features.reshape(B * N, E).index_select(0, (index + offset).flatten())
+        return self.gains(rows.view(B, index.shape[1], E), state)
 
     def update(self, features: Tensor, state: Tensor, weights: Tensor) -> Tensor:
         return state + torch.einsum("bn,bne->be", weights.to(features.dtype), features)
+
+    def _add_items(self, features: Tensor, state: Tensor, index: Tensor, present: Tensor) -> Tensor:
+        if type(self).update is not SCMM.update:  # a subclass's own update decides
+            return super()._add_items(features, state, index, present)
+        # The one-hot einsum adds exactly the picked row (features are finite and
+        # nonnegative, so the zero weights add +0): gather it instead of a (B, N, E) pass.
+        rows = torch.arange(features.shape[0], device=features.device)
+        picked = features[rows, index.clamp_min(0)].masked_fill(~present.unsqueeze(1), 0.0)
+        return state + picked
 
     def _state_value(self, features: Tensor, state: Tensor) -> Tensor:
         return self._reduce(self.phi(state), self.weights(features))

@@ -1,0 +1,78 @@
+"""``dgn predict``: rank each problem's candidates with a trained DGN (hard greedy)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dgn.data import Prediction
+    from dgn.model import DGN
+    from dgn.pipeline import SelectionDataset
+
+__all__ = ["register", "predict_dataset"]
+
+
+def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
+    p = sub.add_parser(
+        "predict",
+        help="write the DGN's greedy picks for every problem (predictions JSONL)",
+        description=(
+            "Run the trained DGN's exact hard greedy on every problem and write predictions "
+            'JSONL {"id", "ranking", "scores"}; scores are the marginal gains of the picks. '
+            "Features are built with the settings recorded in the checkpoint."
+        ),
+    )
+    p.add_argument("--model", required=True, help="model directory written by `dgn train`")
+    p.add_argument("--data", required=True, help="problems (selection JSONL)")
+    p.add_argument("--k", type=types["positive_int"], default=None, help="picks per problem (default: the model's K)")
+    p.add_argument("--output", required=True, help="predictions JSONL to write (.gz: gzip)")
+    p.add_argument("--vectors", default=None, help="word vectors (default: the file recorded in the checkpoint)")
+    p.add_argument("--cache-dir", default=None, help="feature cache (default: $DGN_CACHE_DIR, else ~/.cache/dgn)")
+    p.add_argument("--batch-size", type=types["positive_int"], default=64, help="problems per batch")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(handler=_predict)
+
+
+def predict_dataset(
+    model: DGN, data: SelectionDataset, k: int, batch_size: int = 64
+) -> Iterator[Prediction]:
+    """Stream one :class:`~dgn.data.Prediction` per problem: the first ``k`` greedy picks
+    of :func:`dgn.train.rank` with their marginal gains as scores."""
+    import torch
+
+    from dgn.data import Prediction
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for batch in data.batches(batch_size):
+                out = model(batch.features, batch.mask, steps=k)
+                for i, picks, gains, valid in zip(
+                    batch.index.tolist(), out.indices.tolist(), out.gains.tolist(), out.valid.tolist(),
+                    strict=True,
+                ):
+                    keep = [j for j, ok in enumerate(valid) if ok and picks[j] >= 0]
+                    yield Prediction(
+                        data.infos[i].id, [picks[j] for j in keep], [float(gains[j]) for j in keep]
+                    )
+    finally:
+        model.train(was_training)
+
+
+def _predict(args: argparse.Namespace) -> int:
+    from dgn.commands._common import load_featurizer, load_model
+    from dgn.data import write_predictions
+    from dgn.pipeline import SelectionDataset
+
+    model = load_model(args.model)
+    featurizer = load_featurizer(
+        model, args.model, vectors=args.vectors, cache_dir=args.cache_dir, progress=not args.quiet
+    )
+    data = SelectionDataset(args.data, featurizer)
+    k = args.k if args.k is not None else model.config.steps
+    n = write_predictions(args.output, predict_dataset(model, data, k, args.batch_size))
+    print(f"{args.output}: {n} predictions (k = {k})")
+    return 0
