@@ -4,8 +4,8 @@
 the claim-sentence features, trains Encoder, DeepEncoder and DGN with the same settings
 as ``dgn train``, and scores every model at k = 7, 5, 3, 1 (Powers et al., 2018, Table 1).
 
-Splits: FM2 trains on its dev file (a seeded 10% of it held out for early stopping) and
-is evaluated on its test file. WiCE has only its dev file here: it is split 60/10/30 into
+Splits: FM2 trains on its dev file (a seeded 20% of it held out for early stopping) and
+is evaluated on its test file. WiCE has only its dev file here: it is split 55/15/30 into
 train / early-stopping / test with the seed.
 """
 
@@ -27,8 +27,8 @@ __all__ = ["BenchmarkSettings", "run_benchmark", "format_results", "prepare_data
 
 #: Raw files each benchmark dataset uses, and how train / dev / test are formed.
 DATASET_SPLITS: dict[str, dict[str, Any]] = {
-    "fm2": {"train": "dev", "test": "test", "dev_fraction": 0.1},
-    "wice": {"train": "dev", "test": None, "dev_fraction": 0.1, "test_fraction": 0.3},
+    "fm2": {"train": "dev", "test": "test", "dev_fraction": 0.2},
+    "wice": {"train": "dev", "test": None, "dev_fraction": 0.15, "test_fraction": 0.3},
 }
 
 MODEL_NAMES = ("TF-IDF", "Embedding cosine", "SCMM greedy (untrained)", "Encoder", "DeepEncoder", "DGN")

@@ -33,6 +33,8 @@ RELAXATIONS = ("soft", "straight_through")
 # Hard greedy processes problems in chunks of about this many feature entries, so the
 # (chunk, N, E) scratch buffer stays in cache (measured in benchmarks/greedy_speed.py).
 _CHUNK_ELEMENTS = 3_000_000
+# Lazy greedy's smallest first block of stale candidates to re-evaluate in a step.
+_LAZY_FIRST_BLOCK = 16
 
 
 @dataclass(frozen=True)
@@ -226,9 +228,7 @@ def _naive(
         indices[:, step] = torch.where(has, best, torch.full_like(best, -1))
         gains[:, step] = torch.where(has, pick_gain, torch.zeros_like(pick_gain))
         ok[:, step] = has
-        onehot = torch.zeros_like(g)
-        onehot[rows[has], best[has]] = 1.0
-        state = obj.update(feats, state, onehot)
+        state = obj._add_items(feats, state, best, has)
         available[rows[has], best[has]] = False
     return Selection(indices, gains, ok, torch.stack(history, 1) if return_step_gains and history else
                      (feats.new_zeros(B, 0, N) if return_step_gains else None))
@@ -242,10 +242,21 @@ def _lazy(
     start: Tensor | None,
     mod: Tensor | None,
 ) -> Selection:
+    """Lazy greedy (Minoux, 1978), re-evaluating stale candidates a block at a time.
+
+    Each candidate keeps its last computed gain, an upper bound on its current gain by
+    submodularity. A step picks the candidate of largest bound (ties: lowest index) once
+    that bound is fresh (computed at this step). Until then it re-evaluates, in one call,
+    the stale candidates of largest bound: first as many as the previous step needed,
+    then every stale candidate whose bound reaches the best fresh gain (or all of them
+    when that is most). The pick is the one-at-a-time priority queue's, i.e. naive
+    greedy's; the blocks trade a few extra evaluations for far fewer calls.
+    """
     B, N, _ = feats.shape
     indices = torch.full((B, k), -1, dtype=torch.long)
     gains = feats.new_zeros(B, k)
     ok = torch.zeros(B, k, dtype=torch.bool)
+    neg_inf = float("-inf")
     for b in range(B):
         f = feats[b : b + 1]
         v = valid[b : b + 1]
@@ -257,37 +268,78 @@ def _lazy(
             available &= ~start[b]
         if k == 0 or not bool(available.any()):
             continue
-        first = obj.gains(f, state, modular=m)[0]  # (N,)
-        # Max-heap on (gain, -index) via (-gain, index): the top is the naive argmax.
-        heap = [(-float(first[i]), i) for i in torch.nonzero(available).flatten().tolist()]
-        heapq.heapify(heap)
-        fresh = {i: first[i] for i in range(N)}
-        evaluated_at = dict.fromkeys(range(N), 0)
+        use_bounds = obj._gain_upper_bounds(f[:, :0], state) is not None
+        bound = obj.gains(f, state, modular=m)[0].clone()  # (N,) fresh at step 0
+        fresh = torch.ones(N, dtype=torch.bool, device=f.device)  # bound computed this step
+        block = N  # first block of a step: what the previous step needed
         for step in range(k):
-            chosen = None
-            while heap:
-                neg, i = heapq.heappop(heap)
-                if evaluated_at[i] != step:
-                    idx = torch.tensor([[i]], device=f.device)
-                    g = obj.candidate_gains(f, state, idx)[0, 0]
-                    if m is not None:
-                        g = g + m[0, i]
-                    fresh[i] = g
-                    evaluated_at[i] = step
-                    neg = -float(g)
-                if not heap or (neg, i) <= heap[0]:
-                    chosen = i
+            if step > 0:
+                fresh.zero_()
+            tight = fresh.clone()
+            while True:
+                key = bound.masked_fill(~available, neg_inf)
+                top = int(key.argmax())  # largest bound, lowest index on ties
+                if not bool(available[top]) or bool(fresh[top]):  # nothing left, or the pick
                     break
-                heapq.heappush(heap, (neg, i))
-            if chosen is None:
+                stale = available & ~fresh
+                if bool((available & fresh).any()):
+                    # Only stale bounds reaching the best fresh gain can still win.
+                    best_fresh = key.masked_fill(stale, neg_inf).max()
+                    want = stale & (bound >= best_fresh)
+                    if use_bounds and int(want.sum()) > _LAZY_FIRST_BLOCK:
+                        # Tighten their bounds first with the objective's cheap ones (once a
+                        # step); bounds at this step stay bounds at every later step.
+                        bound = _tighten(obj, f, state, m, bound, want & ~tight)
+                        tight |= want
+                        want = stale & (bound >= best_fresh)
+                    idx = torch.nonzero(want).flatten()
+                    if idx.numel() == 0:  # the tightened bounds all fell below: look again
+                        continue
+                else:  # the top block of stale bounds
+                    idx = key.masked_fill(fresh, neg_inf).topk(min(block, int(stale.sum()))).indices
+                if 2 * idx.numel() >= int(stale.sum()):  # most of them: all at once, no row copies
+                    bound = torch.where(available, obj.gains(f, state, modular=m)[0], bound)
+                    fresh.fill_(True)
+                    continue
+                g = obj.candidate_gains(f, state, idx.unsqueeze(0))[0]
+                if m is not None:
+                    g = g + m[0, idx]
+                bound[idx] = g
+                fresh[idx] = True
+            if not bool(available[top]):
                 break
-            indices[b, step] = chosen
-            gains[b, step] = fresh[chosen]
+            if step > 0:  # as many as this step needed: bounds that reached the pick
+                block = max(_LAZY_FIRST_BLOCK, int(((bound >= bound[top]) & available).sum()))
+            indices[b, step] = top
+            gains[b, step] = bound[top]
             ok[b, step] = True
-            onehot = torch.zeros(1, N, dtype=f.dtype, device=f.device)
-            onehot[0, chosen] = 1.0
-            state = obj.update(f, state, onehot)
+            state = obj._add_items(
+                f, state, torch.tensor([top], device=f.device), torch.ones(1, dtype=torch.bool, device=f.device)
+            )
+            available[top] = False
     return Selection(indices.to(feats.device), gains, ok.to(feats.device))
+
+
+def _tighten(
+    obj: Objective, f: Tensor, state: Any, m: Tensor | None, bound: Tensor, which: Tensor
+) -> Tensor:
+    """``bound`` with the entries ``which`` lowered to the objective's upper bounds."""
+    N = bound.shape[0]
+    n = int(which.sum())
+    if n == 0:
+        return bound
+    if 3 * n >= N:  # many rows: all of them, without row copies
+        ub = obj._gain_upper_bounds(f, state)[0]  # type: ignore[index]
+        if m is not None:
+            ub = ub + m[0]
+        return torch.where(which, torch.minimum(bound, ub), bound)
+    idx = torch.nonzero(which).flatten()
+    ub = obj._gain_upper_bounds(f, state, idx.unsqueeze(0))[0]  # type: ignore[index]
+    if m is not None:
+        ub = ub + m[0, idx]
+    bound = bound.clone()
+    bound[idx] = torch.minimum(bound[idx], ub)
+    return bound
 
 
 def soft_greedy_select(

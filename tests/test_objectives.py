@@ -106,6 +106,10 @@ def test_learnable_weights_start_at_one_and_stay_nonnegative():
     f = SCMM("sqrt", learnable=True, num_features=5)
     H = torch.rand(1, 3, 5)
     torch.testing.assert_close(f.weights(H), torch.ones(5))
+    g = SCMM("sqrt", learnable=True, num_features=5, init_weight=0.01)
+    torch.testing.assert_close(g.weights(H), torch.full((5,), 0.01))
+    with pytest.raises(ValueError, match="init_weight must be a positive number"):
+        SCMM("sqrt", learnable=True, num_features=5, init_weight=0.0)
     with torch.no_grad():
         f.raw_weights.fill_(-50.0)
     assert bool((f.weights(H) >= 0).all())
