@@ -7,6 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
+# The tests use small tensors, where one thread is fastest and immune to a busy machine
+# (OpenMP workers spinning against other processes slowed tiny ops by 10x or more).
+torch.set_num_threads(1)
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
