@@ -53,13 +53,15 @@ def as_features(
     unbatched = features.dim() == 2
     if unbatched:
         features = features.unsqueeze(0)
-    if features.numel() and not bool(torch.isfinite(features).all()):
-        raise ValueError(f"{name} contains NaN or inf values ({_describe(features)})")
-    if nonnegative and features.numel() and bool((features < 0).any()):
-        lowest = float(features.min())
-        raise ValueError(
-            f"{name} must be nonnegative for a sum-of-concave objective, got minimum {lowest:g}"
-        )
+    if features.numel():
+        # One reduction pass: NaN propagates into min and max, inf shows in them.
+        lowest, highest = (float(v) for v in torch.aminmax(features.detach()))
+        if not (math.isfinite(lowest) and math.isfinite(highest)):
+            raise ValueError(f"{name} contains NaN or inf values ({_describe(features)})")
+        if nonnegative and lowest < 0:
+            raise ValueError(
+                f"{name} must be nonnegative for a sum-of-concave objective, got minimum {lowest:g}"
+            )
     return features, unbatched
 
 

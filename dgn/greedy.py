@@ -9,7 +9,6 @@ gradients reach the features and the objective's weights.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -30,9 +29,10 @@ __all__ = [
 #: Relaxations of the argmax that :func:`soft_greedy_select` implements.
 RELAXATIONS = ("soft", "straight_through")
 
-# Hard greedy processes problems in chunks of about this many feature entries, so the
-# (chunk, N, E) scratch buffer stays in cache (measured in benchmarks/greedy_speed.py).
-_CHUNK_ELEMENTS = 3_000_000
+# Hard greedy processes problems in chunks of about this many feature entries, so each
+# chunk's (chunk, N) bookkeeping stays small; SCMM's gains block further inside
+# (``dgn.objectives._GAINS_BLOCK``). Both tuned with benchmarks/greedy_speed.py.
+_CHUNK_ELEMENTS = 1 << 20
 # Lazy greedy's smallest first block of stale candidates to re-evaluate in a step.
 _LAZY_FIRST_BLOCK = 16
 
@@ -124,8 +124,9 @@ def greedy_select(
         initial: Optional ``(B, N)`` bool of items already in the set (they count in the
             objective's state and are never picked again).
         method: ``"naive"`` evaluates every gain at every step; ``"lazy"`` keeps stale
-            upper bounds in a priority queue (Minoux, 1978) and returns exactly the same
-            picks, faster when N is large.
+            gains as upper bounds (Minoux, 1978), re-evaluates only candidates whose bound
+            can still win (a block at a time; for SCMM after a cheaper tangent bound) and
+            returns the same picks, faster when N is large.
         modular: Optional ``(B, N)`` per-item bonus added to each gain.
         return_step_gains: Also return the ``(B, K, N)`` gains of every step (naive only).
 
@@ -246,10 +247,12 @@ def _lazy(
 
     Each candidate keeps its last computed gain, an upper bound on its current gain by
     submodularity. A step picks the candidate of largest bound (ties: lowest index) once
-    that bound is fresh (computed at this step). Until then it re-evaluates, in one call,
-    the stale candidates of largest bound: first as many as the previous step needed,
-    then every stale candidate whose bound reaches the best fresh gain (or all of them
-    when that is most). The pick is the one-at-a-time priority queue's, i.e. naive
+    that bound is fresh (computed at this step). Until then it re-evaluates the stale
+    candidates of largest bound a block at a time (first as many as the previous step
+    needed, doubling; all of them in one call when that is most of them). Once some gain
+    is fresh, the stale bounds that still reach it are first lowered to the objective's
+    cheap upper bounds where it has them (:meth:`Objective._gain_upper_bounds`, e.g. the
+    tangent bound of SCMM). The pick is the one-at-a-time priority queue's, i.e. naive
     greedy's; the blocks trade a few extra evaluations for far fewer calls.
     """
     B, N, _ = feats.shape
@@ -268,44 +271,50 @@ def _lazy(
             available &= ~start[b]
         if k == 0 or not bool(available.any()):
             continue
-        use_bounds = obj._gain_upper_bounds(f[:, :0], state) is not None
+        use_bounds = obj._gain_upper_bounds(f[:, :0], state) is not None  # probe, no rows
         bound = obj.gains(f, state, modular=m)[0].clone()  # (N,) fresh at step 0
         fresh = torch.ones(N, dtype=torch.bool, device=f.device)  # bound computed this step
         block = N  # first block of a step: what the previous step needed
         for step in range(k):
             if step > 0:
                 fresh.zero_()
-            tight = fresh.clone()
+            tight = fresh.clone()  # bound tightened (or computed) at this step
+            size = block
             while True:
                 key = bound.masked_fill(~available, neg_inf)
                 top = int(key.argmax())  # largest bound, lowest index on ties
                 if not bool(available[top]) or bool(fresh[top]):  # nothing left, or the pick
                     break
                 stale = available & ~fresh
+                n_stale = int(stale.sum())
                 if bool((available & fresh).any()):
                     # Only stale bounds reaching the best fresh gain can still win.
                     best_fresh = key.masked_fill(stale, neg_inf).max()
                     want = stale & (bound >= best_fresh)
-                    if use_bounds and int(want.sum()) > _LAZY_FIRST_BLOCK:
-                        # Tighten their bounds first with the objective's cheap ones (once a
-                        # step); bounds at this step stay bounds at every later step.
-                        bound = _tighten(obj, f, state, m, bound, want & ~tight)
-                        tight |= want
-                        want = stale & (bound >= best_fresh)
-                    idx = torch.nonzero(want).flatten()
-                    if idx.numel() == 0:  # the tightened bounds all fell below: look again
+                    loose = want & ~tight
+                    if use_bounds and int(loose.sum()) > _LAZY_FIRST_BLOCK:
+                        # Tighten them with the objective's cheap bounds first (a bound at
+                        # this step stays one at every later step); then look again.
+                        bound = _tighten(obj, f, state, m, bound, loose)
+                        tight |= loose
                         continue
-                else:  # the top block of stale bounds
-                    idx = key.masked_fill(fresh, neg_inf).topk(min(block, int(stale.sum()))).indices
-                if 2 * idx.numel() >= int(stale.sum()):  # most of them: all at once, no row copies
-                    bound = torch.where(available, obj.gains(f, state, modular=m)[0], bound)
+                else:
+                    want = stale
+                n_want = int(want.sum())
+                if 2 * min(size, n_want) >= n_stale:  # most of them: all, without row copies
+                    bound = torch.where(available.clone(), obj.gains(f, state, modular=m)[0], bound)
                     fresh.fill_(True)
                     continue
+                if n_want <= size:
+                    idx = torch.nonzero(want).flatten()
+                else:  # the block of largest bounds
+                    idx = key.masked_fill(~want, neg_inf).topk(size).indices
                 g = obj.candidate_gains(f, state, idx.unsqueeze(0))[0]
                 if m is not None:
                     g = g + m[0, idx]
                 bound[idx] = g
                 fresh[idx] = True
+                size *= 2
             if not bool(available[top]):
                 break
             if step > 0:  # as many as this step needed: bounds that reached the pick

@@ -48,7 +48,7 @@ _GRAD_FLOOR = 1e-3
 
 # Without autograd, SCMM gains are computed in blocks of about this many feature entries,
 # so the (rows, E) scratch buffer stays in cache (measured in benchmarks/greedy_speed.py).
-_GAINS_BLOCK = 1 << 16
+_GAINS_BLOCK = 1 << 18
 
 
 class _FlooredPow(torch.autograd.Function):

@@ -1,0 +1,255 @@
+"""Hard greedy speed: dgn against apricot's FeatureBasedSelection, same data, same process.
+
+Case (a): 2,000 problems of N=40 candidates, E=300 features, k=7; dgn runs them as one
+batched call, apricot one call per problem (its API selects from one ground set).
+Case (b): one problem of N=20,000, E=300, k=50 against apricot's exact optimizers
+("naive", "lazy", "two-stage"); the ratio is taken against the fastest.
+
+apricot builds (numba-compiles) its gain kernels inside every ``fit`` (``_initialize``),
+about 4 s a call. It is reported two ways: as shipped (a few calls timed, extrapolated
+to 2,000) and with the kernels built once and reused ("kernels cached": the module's
+kernel factories wrapped in ``functools.lru_cache``, so every fit after the first reuses
+the compiled kernel; the arithmetic is unchanged). The ratios are taken against the
+cached one, the fair peer. dgn float64 rankings are asserted identical to apricot's on
+every problem; float32 (the throughput case) reports how many problems pick the same.
+
+Every measurement is the median of repeated runs; slow apricot optimizers in case (b)
+are repeated only while they fit a time budget (and stopped, and reported as such, past
+it). The machine may be shared: the load average is printed with the table.
+
+``OMP_WAIT_POLICY=PASSIVE`` is set (unless already set) before torch and numba load
+OpenMP: with the default spinning, torch's and numba's thread pools, or another job's,
+starve each other on a 2-core machine and a run can take many minutes.
+
+Usage:
+    python benchmarks/greedy_speed.py [--repeats 5] [--threads 1 2] [--out table.md]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before numpy / torch / numba load
+
+import argparse  # noqa: E402
+import functools  # noqa: E402
+import signal  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from dgn import greedy_select  # noqa: E402
+from dgn._validation import as_features  # noqa: E402
+
+_T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - _T0:6.1f} s] {msg}", file=sys.stderr, flush=True)
+
+
+def _timeit(fn: Callable[[], object], repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _timed_once(fn: Callable[[], object], limit_s: float) -> tuple[float, object]:
+    """Run ``fn`` once; raise :class:`_Stopped` past ``limit_s`` (Python-level code only)."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Stopped
+
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, limit_s)
+    try:
+        t0 = time.perf_counter()
+        out = fn()
+        return time.perf_counter() - t0, out
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _cache_apricot_kernels() -> Callable[[], str]:
+    """Make apricot build each numba gain kernel once instead of in every fit."""
+    from apricot.functions import featureBased as fb
+
+    names = ("calculate_gains", "calculate_gains_sieve")
+    for name in names:
+        setattr(fb, name, functools.lru_cache(maxsize=None)(getattr(fb, name)))
+    return lambda: ", ".join(f"{n}: {getattr(fb, n).cache_info()}" for n in names)
+
+
+def _apricot(X: np.ndarray, k: int, optimizer: str) -> np.ndarray:
+    from apricot import FeatureBasedSelection
+
+    sel = FeatureBasedSelection(k, concave_func="sqrt", optimizer=optimizer, verbose=False)
+    return np.asarray(sel.fit(X).ranking)
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def _fmt_s(t: float) -> str:
+    return f"{t * 1e3:.0f} ms" if t < 10 else f"{t:.1f} s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per measurement (median)")
+    parser.add_argument("--shipped-calls", type=int, default=4,
+                        help="apricot-as-shipped fits timed in case (a) (each compiles, a few "
+                             "seconds); the first, which also starts numba up, is left out")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, os.cpu_count() or 1],
+                        help="torch thread counts to time dgn with")
+    parser.add_argument("--budget", type=float, default=60.0,
+                        help="seconds per apricot optimizer in case (b): repeats stop there, "
+                             "a single run is stopped there")
+    parser.add_argument("--out", default=None, help="also write the Markdown table here")
+    args = parser.parse_args(argv)
+    threads = sorted(set(args.threads))
+    rng = np.random.default_rng(0)
+    log(f"torch {torch.__version__}, {os.cpu_count()} cores, load {_load()}, "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+    t0 = time.perf_counter()
+    import apricot
+    import numba
+
+    log(f"imported apricot {apricot.__version__} / numba {numba.__version__} "
+        f"({numba.config.NUMBA_NUM_THREADS} threads) in {time.perf_counter() - t0:.1f} s")
+    rows: list[str] = []
+    notes: list[str] = []
+
+    # ---------------------------------------------------------------- case (a)
+    B, N, E, k = 2000, 40, 300, 7
+    X = rng.random((B, N, E))  # float64, as apricot computes
+    X64 = torch.tensor(X)
+    X32 = X64.float()
+    work = B * N * E * k  # candidate-feature-steps
+    # apricot as shipped: compiles its kernels inside every fit
+    shipped = []
+    shipped_rank = []
+    for i in range(args.shipped_calls):
+        t, r = _timed_once(lambda i=i: _apricot(X[i], k, "naive"), 1e6)
+        shipped.append(t)
+        shipped_rank.append(r)
+        log(f"(a) apricot as shipped, fit {i + 1}/{args.shipped_calls}: {t:.2f} s")
+    counted = shipped[1:] if len(shipped) > 1 else shipped  # the first also starts numba up
+    t_shipped = statistics.median(counted)
+    cache_info = _cache_apricot_kernels()
+    ap_rank = [_apricot(X[i], k, "naive") for i in range(B)]  # builds the kernels once; reference
+    for i, r in enumerate(shipped_rank):
+        assert r.tolist() == ap_rank[i].tolist(), "cached kernels changed apricot's ranking"
+    log(f"(a) apricot kernels cached ({cache_info()})")
+    ap_times = []
+    for rep in range(args.repeats):
+        ap_times += _timeit(lambda: [_apricot(X[i], k, "naive") for i in range(B)], 1)
+        log(f"(a) apricot cached, all {B} problems, run {rep + 1}/{args.repeats}: {ap_times[-1]:.2f} s")
+    t_ap = statistics.median(ap_times)
+    rows += [
+        f"| (a) {B} x N={N}, E={E}, k={k} | apricot naive, as shipped (compiles in every fit) | "
+        f"{_fmt_s(t_shipped * B)} (median of {len(counted)} fits x {B}, extrapolated) | "
+        f"{1 / t_shipped:.2f} problems/s | - |",
+        f"| (a) | apricot naive, kernels cached | {_fmt_s(t_ap)} ({B} fits) | "
+        f"{B / t_ap:.0f} problems/s, {work / t_ap:.2e} cand-feat-steps/s | 1x |",
+    ]
+    for nt in threads:
+        torch.set_num_threads(nt)
+        ours64 = greedy_select(X64, k)  # warm-up and the check
+        same = sum(ours64.indices[i].tolist() == ap_rank[i].tolist() for i in range(B))
+        assert same == B, f"dgn float64 ranking differs from apricot on {B - same} of {B} problems"
+        ours32 = greedy_select(X32, k)
+        agree32 = float((ours32.indices == ours64.indices).all(1).float().mean())
+        for name, XX in (("float64", X64), ("float32", X32)):
+            t = statistics.median(_timeit(lambda XX=XX: greedy_select(XX, k), args.repeats))
+            log(f"(a) dgn {name}, {nt} thread(s): {t * 1e3:.0f} ms")
+            extra = (f"; picks = float64's on {agree32:.1%} of problems" if name == "float32"
+                     else f"; rankings = apricot's on {same}/{B}")
+            rows.append(
+                f"| (a) | dgn batched, {name}, {nt} thread{'s' if nt > 1 else ''} | {_fmt_s(t)} | "
+                f"{B / t:.0f} problems/s, {work / t:.2e} cand-feat-steps/s{extra} | "
+                f"{t_ap / t:.1f}x (vs as shipped: {t_shipped * B / t:,.0f}x) |"
+            )
+            tv = statistics.median(_timeit(lambda XX=XX: as_features(XX, nonnegative=True), args.repeats))
+            notes.append(f"(a) dgn {name}, {nt} thread(s): of {t * 1e3:.0f} ms, input validation "
+                         f"(dgn._validation.as_features) takes {tv * 1e3:.0f} ms")
+            log(notes[-1])
+
+    # ---------------------------------------------------------------- case (b)
+    N, E, k = 20000, 300, 50
+    Xb = rng.random((N, E))
+    Xb64 = torch.tensor(Xb)
+    work_b = N * E * k
+    ref = None
+    timings: dict[str, float] = {}
+    for opt in ("naive", "lazy", "two-stage"):
+        try:
+            t1, ranking = _timed_once(lambda o=opt: _apricot(Xb, k, o), args.budget)
+        except _Stopped:
+            log(f"(b) apricot {opt}: stopped after {args.budget:.0f} s")
+            rows.append(f"| (b) | apricot {opt}, kernels cached | > {args.budget:.0f} s (stopped) | | |")
+            continue
+        ref = ranking if ref is None else ref
+        assert ranking.tolist() == ref.tolist(), f"apricot {opt} disagrees with naive"
+        times = [t1]
+        while len(times) < args.repeats and sum(times) + times[0] < args.budget:
+            times += _timeit(lambda o=opt: _apricot(Xb, k, o), 1)
+        timings[opt] = statistics.median(times)
+        log(f"(b) apricot {opt}: {_fmt_s(timings[opt])} (median of {len(times)})")
+        rows.append(f"| (b) N={N}, E={E}, k={k} | apricot {opt}, kernels cached | "
+                    f"{_fmt_s(timings[opt])} (median of {len(times)}) | "
+                    f"{work_b / timings[opt]:.2e} cand-feat-steps/s | <{opt}> |")
+    assert ref is not None, "no apricot optimizer finished case (b)"
+    fastest = min(timings, key=timings.__getitem__)
+    for opt, t in timings.items():
+        ratio = f"{timings[fastest] / t:.2f}x" + (" (fastest)" if opt == fastest else "")
+        rows = [r.replace(f"<{opt}>", ratio) for r in rows]
+    for nt in threads:
+        torch.set_num_threads(nt)
+        for method in ("naive", "lazy"):
+            got = greedy_select(Xb64, k, method=method).indices
+            assert got.tolist() == ref.tolist(), f"dgn {method} ranking differs from apricot"
+            t = statistics.median(_timeit(lambda m=method: greedy_select(Xb64, k, method=m), args.repeats))
+            log(f"(b) dgn {method}, {nt} thread(s): {_fmt_s(t)}")
+            rows.append(
+                f"| (b) | dgn {method}, float64, {nt} thread{'s' if nt > 1 else ''} | {_fmt_s(t)} | "
+                f"{work_b / t:.2e} cand-feat-steps/s{'' if method == 'naive' else ' (naive-equivalent)'}"
+                f"; ranking = apricot's | {timings[fastest] / t:.2f}x |"
+            )
+
+    header = [
+        f"torch {torch.__version__} (threads as listed), numba {numba.__version__} "
+        f"({numba.config.NUMBA_NUM_THREADS} threads), {os.cpu_count()} cores, "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; load average at the end "
+        f"{_load()}; medians of {args.repeats} runs unless noted",
+        "",
+        "| case | implementation | time | throughput | speed-up vs apricot (cached; (b): fastest) |",
+        "|---|---|---|---|---|",
+    ]
+    table = "\n".join(header + rows + [""] + [f"- {n}" for n in notes])
+    print(table, flush=True)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write(table + "\n")
+    log("done")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
