@@ -232,7 +232,7 @@ def plot_results(results: dict[str, Any], path: Path) -> None:
         style = {"linewidth": 2.5} if name == "DGN" else {"linewidth": 1.2}
         axes[0].plot(ks, [m[f"recall@{k}"] for k in ks], marker="o", label=name, **style)
         axes[1].plot(ks, [m[f"precision@{k}"] for k in ks], marker="o", label=name, **style)
-    for ax, what in zip(axes, ("recall@k", "precision@k")):
+    for ax, what in zip(axes, ("recall@k", "precision@k"), strict=True):
         ax.set_xlabel("k (sentences selected)")
         ax.set_ylabel(what)
         ax.set_xticks(ks)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Union
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -530,7 +530,7 @@ class FacilityLocation(Objective):
         return state[1].sum(-1)
 
 
-ObjectiveLike = Union[str, Objective]
+ObjectiveLike = str | Objective
 
 
 def make_objective(objective: ObjectiveLike) -> Objective:

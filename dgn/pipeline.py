@@ -239,7 +239,7 @@ class SelectionDataset:
         mask = np.zeros((B, n_max), dtype=bool)
         gold = np.zeros((B, n_max), dtype=bool)
         rel = np.zeros((B, n_max), dtype=np.float32)
-        for b, (i, f) in enumerate(zip(indices, feats)):
+        for b, (i, f) in enumerate(zip(indices, feats, strict=True)):
             n = f.shape[0]
             X[b, :n] = f
             mask[b, :n] = True

@@ -81,7 +81,7 @@ def test_gradcheck_whole_forward_and_loss():
     names = [n for n, _ in model.named_parameters()]
 
     def fn(X, *ps):
-        out = torch.func.functional_call(model, dict(zip(names, ps)), (X,))
+        out = torch.func.functional_call(model, dict(zip(names, ps, strict=True)), (X,))
         return out.distributions, layerwise_cross_entropy(out.logits, gold, reduction="none")
 
     inputs = (X.requires_grad_(),) + tuple(p.detach().clone().requires_grad_() for p in model.parameters())
@@ -99,7 +99,7 @@ def test_save_and_load_roundtrip(tmp_path):
     assert not loaded.training
     X = torch.randn(3, 5, 6)
     assert torch.equal(loaded(X).indices, model.eval()(X).indices)
-    for (n1, p1), (n2, p2) in zip(model.state_dict().items(), loaded.state_dict().items()):
+    for (n1, p1), (n2, p2) in zip(model.state_dict().items(), loaded.state_dict().items(), strict=True):
         assert n1 == n2 and torch.equal(p1, p2)
     assert not list((tmp_path / "ckpt").glob("*.tmp")), "no temporary files left behind"
 
