@@ -11,6 +11,18 @@ from torch import Tensor, nn
 __all__ = ["Encoder", "DeepEncoder"]
 
 
+def _check_sizes(in_features: int, hidden_features: int, out_features: int, dropout: float) -> None:
+    for name, value in (
+        ("in_features", in_features),
+        ("hidden_features", hidden_features),
+        ("out_features", out_features),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+
+
 class Encoder(nn.Module):
     """Two linear layers with ReLUs: ``(B, N, F) -> (B, N, E)``, nonnegative output.
 
@@ -35,12 +47,7 @@ class Encoder(nn.Module):
         self, in_features: int, hidden_features: int, out_features: int, dropout: float = 0.0
     ) -> None:
         super().__init__()
-        for name, value in (("in_features", in_features), ("hidden_features", hidden_features),
-                            ("out_features", out_features)):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        _check_sizes(in_features, hidden_features, out_features, dropout)
         self.in_features = in_features
         self.out_features = out_features
         self.net = nn.Sequential(
@@ -73,10 +80,7 @@ class DeepEncoder(nn.Module):
         self, in_features: int, hidden_features: int, out_features: int, dropout: float = 0.0
     ) -> None:
         super().__init__()
-        for name, value in (("in_features", in_features), ("hidden_features", hidden_features),
-                            ("out_features", out_features)):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        _check_sizes(in_features, hidden_features, out_features, dropout)
         self.in_features = in_features
         self.out_features = out_features
         self.net = nn.Sequential(

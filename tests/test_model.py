@@ -7,7 +7,15 @@ import json
 import pytest
 import torch
 
-from dgn import DGN, DGNConfig, DgnUserError, greedy_select, layerwise_cross_entropy
+from dgn import (
+    DGN,
+    DeepEncoder,
+    DGNConfig,
+    DgnUserError,
+    Encoder,
+    greedy_select,
+    layerwise_cross_entropy,
+)
 
 SMALL = dict(in_features=6, hidden_features=8, encoded_features=5, steps=3)
 
@@ -170,3 +178,13 @@ def test_training_beats_untrained_scmm_greedy():
     with torch.no_grad():
         trained = _recall(model(X_test).indices, gold_test)
     assert trained >= untrained + 0.25, (trained, untrained)
+
+
+@pytest.mark.parametrize("cls", [Encoder, DeepEncoder])
+def test_encoders_are_nonnegative_and_validate_sizes(cls):
+    enc = cls(6, 8, 5)
+    assert bool((enc(torch.randn(3, 4, 6)) >= 0).all())
+    with pytest.raises(ValueError, match="hidden_features must be a positive integer, got 0"):
+        cls(6, 0, 5)
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got 1.5"):
+        cls(6, 8, 5, dropout=1.5)
