@@ -11,6 +11,16 @@ from torch import Tensor, nn
 __all__ = ["Encoder", "DeepEncoder"]
 
 
+def _relu_mlp(sizes: list[int], dropout: float) -> nn.Sequential:
+    """Linear + ReLU per consecutive pair of ``sizes``, dropout between hidden layers."""
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        if i > 0:
+            layers.append(nn.Dropout(dropout))
+        layers += [nn.Linear(n_in, n_out), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
 def _check_sizes(in_features: int, hidden_features: int, out_features: int, dropout: float) -> None:
     for name, value in (
         ("in_features", in_features),
@@ -50,13 +60,7 @@ class Encoder(nn.Module):
         _check_sizes(in_features, hidden_features, out_features, dropout)
         self.in_features = in_features
         self.out_features = out_features
-        self.net = nn.Sequential(
-            nn.Linear(in_features, hidden_features),
-            nn.ReLU(),
-            nn.Dropout(dropout),
-            nn.Linear(hidden_features, out_features),
-            nn.ReLU(),
-        )
+        self.net = _relu_mlp([in_features, hidden_features, out_features], dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)  # type: ignore[no-any-return]
@@ -83,16 +87,7 @@ class DeepEncoder(nn.Module):
         _check_sizes(in_features, hidden_features, out_features, dropout)
         self.in_features = in_features
         self.out_features = out_features
-        self.net = nn.Sequential(
-            nn.Linear(in_features, hidden_features),
-            nn.ReLU(),
-            nn.Dropout(dropout),
-            nn.Linear(hidden_features, hidden_features),
-            nn.ReLU(),
-            nn.Dropout(dropout),
-            nn.Linear(hidden_features, out_features),
-            nn.ReLU(),
-        )
+        self.net = _relu_mlp([in_features, hidden_features, hidden_features, out_features], dropout)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)  # type: ignore[no-any-return]
