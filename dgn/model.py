@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,8 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 _FORMAT = "dgn-model"
 _FORMAT_VERSION = 1
+#: Key of the config copy inside the safetensors metadata.
+_META_KEY = "dgn"
 
 
 @dataclass(frozen=True)
@@ -260,8 +262,12 @@ class DGN(nn.Module):
     def save_pretrained(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into ``directory``.
 
-        Each file is written to a temporary name, flushed to disk and renamed, so an
-        interrupted save never leaves a half-written file under the real name.
+        The weights file is the checkpoint's single commit point: it carries a copy of the
+        config in its safetensors metadata and is written last, to a temporary name that
+        is ``fsync``-ed and renamed over the old file. A save killed at any moment leaves
+        either the previous checkpoint or the new one, never a mixture:
+        :meth:`from_pretrained` loads the weights with the config stored inside them.
+        ``config.json`` is the same config for people and tools to read.
 
         Args:
             directory: Created if missing.
@@ -270,7 +276,9 @@ class DGN(nn.Module):
         Returns:
             The directory.
         """
-        from safetensors.torch import save_file
+        from safetensors.torch import save
+
+        from dgn.data.io import atomic_write
 
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
@@ -281,71 +289,94 @@ class DGN(nn.Module):
             "config": self.config.to_dict(),
             "extra": self.extra if extra is None else extra,
         }
+        text = json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n"
         tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
-        _atomic_replace(path / WEIGHTS_NAME, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
-        text = json.dumps(meta, indent=2, sort_keys=True) + "\n"
-        _atomic_replace(path / CONFIG_NAME, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+        blob = save(tensors, metadata={"format": "pt", _META_KEY: json.dumps(meta, sort_keys=True)})
+        with atomic_write(path / CONFIG_NAME) as fh:
+            fh.write(text)
+        with atomic_write(path / WEIGHTS_NAME, "wb") as fh:
+            fh.write(blob)
         return path
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> DGN:
         """Load a model written by :meth:`save_pretrained`.
 
+        The config stored inside ``model.safetensors`` is the one used; when
+        ``config.json`` disagrees with it (a save interrupted between its two files),
+        the weights' own config wins and a warning says so.
+
         Raises:
             DgnUserError: Missing files, a config from another format version or with
                 unknown fields, or weights that do not fit the config.
         """
-        from safetensors import SafetensorError
+        from safetensors import SafetensorError, safe_open
         from safetensors.torch import load_file
 
         path = Path(directory)
         config_path = path / CONFIG_NAME
         weights_path = path / WEIGHTS_NAME
-        if not config_path.is_file():
-            raise DgnUserError(f"{config_path}: no model config found (is {path} a dgn checkpoint?)")
+        if not path.is_dir():
+            raise DgnUserError(f"{path}: model directory not found")
         if not weights_path.is_file():
-            raise DgnUserError(f"{weights_path}: model weights missing")
+            if config_path.is_file():
+                raise DgnUserError(f"{weights_path}: model weights missing")
+            raise DgnUserError(f"{config_path}: no model config found (is {path} a dgn checkpoint?)")
         try:
-            meta = json.loads(config_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DgnUserError(f"{config_path}: cannot read config: {exc}") from None
+            with safe_open(str(weights_path), framework="pt") as handle:
+                stored = (handle.metadata() or {}).get(_META_KEY)
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise DgnUserError(f"{weights_path}: cannot read weights: {_one_line(exc)}") from None
+        file_meta = _read_config_json(config_path) if config_path.is_file() else None
+        if stored is not None:
+            try:
+                meta = json.loads(stored)
+            except json.JSONDecodeError as exc:
+                raise DgnUserError(f"{weights_path}: metadata field {_META_KEY!r} is not JSON: {exc}") from None
+            source = f"{weights_path} (metadata)"
+            if file_meta is not None and file_meta != meta:
+                warnings.warn(
+                    f"{config_path} does not match the config stored in {weights_path} "
+                    "(an interrupted save?); using the weights' own config",
+                    stacklevel=2,
+                )
+        elif file_meta is not None:
+            meta, source = file_meta, str(config_path)
+        else:
+            raise DgnUserError(f"{config_path}: no model config found (is {path} a dgn checkpoint?)")
         if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
-            raise DgnUserError(f"{config_path}: field 'format': not a dgn model config")
+            raise DgnUserError(f"{source}: field 'format': not a dgn model config")
         if meta.get("format_version") != _FORMAT_VERSION:
             raise DgnUserError(
-                f"{config_path}: field 'format_version': checkpoint format "
+                f"{source}: field 'format_version': checkpoint format "
                 f"{meta.get('format_version')!r} is not supported (this dgn {__version__} reads {_FORMAT_VERSION})"
             )
-        config = DGNConfig.from_dict(meta.get("config"), source=f"{config_path}: field 'config'")
+        config = DGNConfig.from_dict(meta.get("config"), source=f"{source}: field 'config'")
+        extra = meta.get("extra") or {}
+        if not isinstance(extra, dict):
+            raise DgnUserError(f"{source}: field 'extra': expected an object")
         model = cls(config)
         try:
             state = load_file(str(weights_path), device=str(map_location))
         except (SafetensorError, OSError, ValueError) as exc:
-            raise DgnUserError(f"{weights_path}: cannot read weights: {exc}") from None
+            raise DgnUserError(f"{weights_path}: cannot read weights: {_one_line(exc)}") from None
         try:
             model.load_state_dict(state, strict=True)
         except RuntimeError as exc:
             first = str(exc).strip().splitlines()
             detail = " ".join(line.strip() for line in first[:3])
             raise DgnUserError(f"{weights_path}: weights do not match the config: {detail}") from None
-        extra = meta.get("extra") or {}
-        if not isinstance(extra, dict):
-            raise DgnUserError(f"{config_path}: field 'extra': expected an object")
         model.extra = extra
         model.eval()
         return model
 
 
-def _atomic_replace(target: Path, write: Any) -> None:
-    """Call ``write(tmp_path)``, fsync the result and rename it onto ``target``."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _read_config_json(config_path: Path) -> Any:
     try:
-        write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        return json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DgnUserError(f"{config_path}: cannot read config: {_one_line(exc)}") from None

@@ -8,9 +8,11 @@ the encoder baselines; model selection by recall on a dev set (early stopping).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,13 +20,29 @@ from torch import nn
 from torch.nn import functional as F
 
 from dgn.baselines import EncoderScorer
+from dgn.errors import DgnUserError
 from dgn.losses import layerwise_cross_entropy, soft_label_cross_entropy
 from dgn.model import DGN
 from dgn.pipeline import Batch, SelectionDataset
 
-__all__ = ["TrainConfig", "TrainResult", "train_model", "rank", "evaluate_model", "LOSSES"]
+__all__ = [
+    "TrainConfig",
+    "TrainResult",
+    "train_model",
+    "rank",
+    "evaluate_model",
+    "load_training_state",
+    "LOSSES",
+    "STATE_NAME",
+]
 
 LOSSES = ("layerwise", "soft_label")
+#: File name of the training state :func:`train_model` writes after every epoch.
+STATE_NAME = "training_state.pt"
+_STATE_FORMAT = "dgn-training-state"
+_STATE_VERSION = 1
+#: TrainConfig fields a resumed run may change (they only decide when to stop).
+RESUMABLE_CHANGES = ("epochs", "patience")
 
 
 @dataclass(frozen=True)
@@ -152,6 +170,9 @@ def train_model(
     *,
     on_best: Callable[[Model, int, dict[str, float]], None] | None = None,
     progress: bool = True,
+    state_path: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    extra_state: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train ``model`` with Adam; keep the epoch with the best mean dev recall.
 
@@ -164,9 +185,21 @@ def train_model(
             improves (e.g. to save a checkpoint); the model's best weights are also
             restored at the end.
         progress: Show tqdm progress bars.
+        state_path: After every epoch, write the whole training state here (model,
+            optimizer, RNG states, epoch, early-stopping state, history), atomically.
+        resume: Continue from the state in ``state_path`` instead of starting afresh.
+            With the same data and config the run ends with exactly the parameters and
+            metrics of an uninterrupted one (on CPU). ``config`` may differ from the
+            saved run only in ``epochs`` and ``patience``.
+        extra_state: JSON-like values stored in the state (e.g. featurizer settings),
+            read back with :func:`load_training_state`.
 
     Returns:
         A :class:`TrainResult`.
+
+    Raises:
+        DgnUserError: ``resume`` without a readable state, or a state from another
+            model or config.
     """
     from tqdm.auto import tqdm
 
@@ -178,9 +211,31 @@ def train_model(
     result = TrainResult(best_epoch=-1, best_score=-math.inf, best_metrics={})
     best_state: dict[str, torch.Tensor] | None = None
     stale = 0
+    first_epoch, seconds_before = 1, 0.0
+    if resume:
+        if state_path is None:
+            raise ValueError("resume=True needs a state_path")
+        saved = load_training_state(state_path)
+        _check_resumable(saved, model, config, state_path)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        torch.set_rng_state(saved["torch_rng"])
+        generator.set_state(saved["generator"])
+        if saved.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(saved["cuda_rng"])
+        result = TrainResult(
+            best_epoch=saved["best_epoch"],
+            best_score=saved["best_score"],
+            best_metrics=dict(saved["best_metrics"]),
+            history=list(saved["history"]),
+        )
+        best_state, stale = saved["best_state"], saved["stale"]
+        first_epoch, seconds_before = saved["epoch"] + 1, saved["seconds"]
     start = time.perf_counter()
     n_batches = math.ceil(sum(1 for i in train.infos if any(i.gold)) / config.batch_size)
-    for epoch in range(1, config.epochs + 1):
+    for epoch in range(first_epoch, config.epochs + 1):
+        if dev is not None and config.patience and stale >= config.patience:
+            break
         if isinstance(model, DGN) and base_tau is not None and config.tau_decay != 1.0:
             _set_tau(model, base_tau * config.tau_decay ** (epoch - 1))
         model.train()
@@ -215,13 +270,18 @@ def train_model(
             else:
                 stale += 1
         result.history.append(record)
+        if state_path is not None:
+            if isinstance(model, DGN) and base_tau is not None:
+                _set_tau(model, base_tau)
+            _save_training_state(
+                state_path, model, optimizer, generator, config, result, best_state, stale, epoch,
+                seconds_before + time.perf_counter() - start, extra_state,
+            )
         if progress:
             msg = f"epoch {epoch}: train loss {record['train_loss']:.4f}"
             if dev is not None:
                 msg += f", dev mean recall {record['dev_score']:.4f}" + (" *" if stale == 0 else "")
             tqdm.write(msg)
-        if dev is not None and config.patience and stale >= config.patience:
-            break
     if best_state is not None:
         model.load_state_dict(best_state)
     else:
@@ -231,8 +291,106 @@ def train_model(
     if isinstance(model, DGN) and base_tau is not None:
         _set_tau(model, base_tau)
     model.eval()
-    result.seconds = time.perf_counter() - start
+    result.seconds = seconds_before + time.perf_counter() - start
     return result
+
+
+def _model_kind(model: Model) -> tuple[str, dict[str, Any]]:
+    if isinstance(model, DGN):
+        return "dgn", model.config.to_dict()
+    return type(model).__name__, {}
+
+
+def _save_training_state(
+    path: str | os.PathLike[str],
+    model: Model,
+    optimizer: torch.optim.Optimizer,
+    generator: torch.Generator,
+    config: TrainConfig,
+    result: TrainResult,
+    best_state: dict[str, torch.Tensor] | None,
+    stale: int,
+    epoch: int,
+    seconds: float,
+    extra: dict[str, Any] | None,
+) -> None:
+    """Write everything :func:`train_model` needs to continue, in one atomic file."""
+    import io
+
+    from dgn.data.io import atomic_write
+
+    kind, model_config = _model_kind(model)
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    state = {
+        "format": _STATE_FORMAT,
+        "format_version": _STATE_VERSION,
+        "model_kind": kind,
+        "model_config": model_config,
+        "train_config": asdict(config),
+        "epoch": epoch,
+        "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+        "optimizer": optimizer.state_dict(),
+        "torch_rng": torch.get_rng_state(),
+        "cuda_rng": cuda_rng,
+        "generator": generator.get_state(),
+        "best_epoch": result.best_epoch,
+        "best_score": result.best_score,
+        "best_metrics": dict(result.best_metrics),
+        "history": list(result.history),
+        "best_state": best_state,
+        "stale": stale,
+        "seconds": seconds,
+        "extra": extra or {},
+    }
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    with atomic_write(path, "wb") as fh:
+        fh.write(buffer.getbuffer())
+
+
+def load_training_state(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a training state written by :func:`train_model` (``state_path``).
+
+    Raises:
+        DgnUserError: The file is missing, unreadable or not a dgn training state.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DgnUserError(f"{p}: no training state to resume from")
+    try:
+        state = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means an unusable file
+        detail = " ".join(str(exc).split())[:200]
+        raise DgnUserError(f"{p}: cannot read the training state: {detail}") from None
+    if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
+        raise DgnUserError(f"{p}: field 'format': not a dgn training state")
+    if state.get("format_version") != _STATE_VERSION:
+        raise DgnUserError(
+            f"{p}: field 'format_version': training state format {state.get('format_version')!r} "
+            f"is not supported (this version reads {_STATE_VERSION})"
+        )
+    return state
+
+
+def _check_resumable(saved: dict[str, Any], model: Model, config: TrainConfig, path: str | os.PathLike[str]) -> None:
+    kind, model_config = _model_kind(model)
+    if saved["model_kind"] != kind:
+        raise DgnUserError(f"{path}: field 'model_kind': the saved run trained a {saved['model_kind']}, not a {kind}")
+    for name, value in model_config.items():
+        if saved["model_config"].get(name) != value:
+            raise DgnUserError(
+                f"{path}: field 'model_config.{name}': the saved run used {saved['model_config'].get(name)!r}, "
+                f"this one {value!r}"
+            )
+    now = asdict(config)
+    for name, value in now.items():
+        before = saved["train_config"].get(name)
+        before, value = (tuple(v) if isinstance(v, list) else v for v in (before, value))
+        if name not in RESUMABLE_CHANGES and before != value:
+            raise DgnUserError(
+                f"{path}: field 'train_config.{name}': the saved run used {before!r}, this one {value!r} "
+                f"(only {' and '.join(RESUMABLE_CHANGES)} may change on resume)"
+            )
 
 
 def _set_tau(model: DGN, tau: float) -> None:

@@ -347,7 +347,7 @@ def _error_cases(ws: dict[str, Path]) -> dict[str, tuple[list[Any], list[str]]]:
         ),
         "missing_model": (
             ["predict", "--model", root / "no-model", "--data", data, "--output", root / "p.jsonl"],
-            ["no-model", "config.json"],
+            ["no-model", "model directory not found"],
         ),
         "unknown_dataset_download": (
             ["data", "download", "nosuchset", "--data-dir", root],

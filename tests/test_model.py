@@ -112,29 +112,62 @@ def test_save_and_load_roundtrip(tmp_path):
     assert not list((tmp_path / "ckpt").glob("*.tmp")), "no temporary files left behind"
 
 
+def _rewrite_checkpoint(directory, meta):
+    """Store ``meta`` as the checkpoint's config, in config.json and inside the weights."""
+    from safetensors.torch import load_file, save_file
+
+    (directory / "config.json").write_text(json.dumps(meta))
+    weights = directory / "model.safetensors"
+    save_file(load_file(str(weights)), str(weights), metadata={"format": "pt", "dgn": json.dumps(meta)})
+
+
 def test_from_pretrained_errors(tmp_path):
+    with pytest.raises(DgnUserError, match="model directory not found"):
+        DGN.from_pretrained(tmp_path / "missing")
     with pytest.raises(DgnUserError, match="no model config found"):
         DGN.from_pretrained(tmp_path)
     DGN(DGNConfig(**SMALL)).save_pretrained(tmp_path / "a")
-    cfg = tmp_path / "a" / "config.json"
-    meta = json.loads(cfg.read_text())
+    a = tmp_path / "a"
+    meta = json.loads((a / "config.json").read_text())
     meta["format_version"] = 99
-    cfg.write_text(json.dumps(meta))
-    with pytest.raises(DgnUserError, match="format_version"):
-        DGN.from_pretrained(tmp_path / "a")
+    _rewrite_checkpoint(a, meta)
+    with pytest.raises(DgnUserError, match="field 'format_version': checkpoint format 99 is not supported"):
+        DGN.from_pretrained(a)
     meta["format_version"] = 1
     meta["config"]["colour"] = "red"
-    cfg.write_text(json.dumps(meta))
+    _rewrite_checkpoint(a, meta)
     with pytest.raises(DgnUserError, match=r"unknown field\(s\) \['colour'\]"):
-        DGN.from_pretrained(tmp_path / "a")
+        DGN.from_pretrained(a)
     del meta["config"]["colour"]
     meta["config"]["encoded_features"] = 7  # weights no longer fit
-    cfg.write_text(json.dumps(meta))
+    _rewrite_checkpoint(a, meta)
     with pytest.raises(DgnUserError, match="weights do not match the config"):
-        DGN.from_pretrained(tmp_path / "a")
+        DGN.from_pretrained(a)
+    (a / "model.safetensors").write_bytes(b"\x00" * 5)
+    with pytest.raises(DgnUserError, match="model.safetensors: cannot read weights"):
+        DGN.from_pretrained(a)
+    (a / "model.safetensors").unlink()
+    with pytest.raises(DgnUserError, match="model weights missing"):
+        DGN.from_pretrained(a)
+
+
+def test_weights_carry_their_own_config(tmp_path):
+    """A save interrupted between its two files: the weights' own config is used."""
+    model = DGN(DGNConfig(**SMALL))
+    model.save_pretrained(tmp_path, extra={"epoch": 1})
+    cfg = tmp_path / "config.json"
+    meta = json.loads(cfg.read_text())
+    meta["config"]["tau"] = 0.5
+    meta["extra"] = {"epoch": 2}
+    cfg.write_text(json.dumps(meta))  # as if the next save had written only config.json
+    with pytest.warns(UserWarning, match="does not match the config stored in"):
+        loaded = DGN.from_pretrained(tmp_path)
+    assert loaded.config == model.config and loaded.extra == {"epoch": 1}
     cfg.write_text("{not json")
     with pytest.raises(DgnUserError, match="cannot read config"):
-        DGN.from_pretrained(tmp_path / "a")
+        DGN.from_pretrained(tmp_path)
+    cfg.unlink()  # the weights alone are a complete checkpoint
+    assert DGN.from_pretrained(tmp_path).config == model.config
 
 
 def test_wrong_feature_size_is_rejected():

@@ -61,14 +61,19 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
             "defaults of dgn.model.DGNConfig and dgn.train.TrainConfig."
         ),
     )
-    p.add_argument("--train", required=True, help="training problems (selection JSONL)")
+    p.add_argument("--train", default=None, help="training problems (selection JSONL; required unless --resume)")
     p.add_argument("--dev", default=None, help="dev problems for early stopping (default: none; keep the last epoch)")
     p.add_argument(
         "--vectors", default=None,
         help="word vectors, fastText .vec(.gz) or .bin (default: train fastText vectors on the "
         "training text and save them as OUTPUT/vectors.bin)",
     )
-    p.add_argument("--output", required=True, help="model directory to write")
+    p.add_argument("--output", default=None, help="model directory to write (required unless --resume)")
+    p.add_argument(
+        "--resume", default=None, metavar="DIR",
+        help="continue the interrupted run whose model directory is DIR (its training_state.pt): "
+        "same data, vectors and settings; only --epochs and --patience may change",
+    )
     p.add_argument("--cache-dir", default=None, help="feature cache (default: $DGN_CACHE_DIR, else ~/.cache/dgn)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
@@ -126,7 +131,7 @@ def _train(args: argparse.Namespace) -> int:
     from dgn.data import atomic_write, read_problems
     from dgn.errors import DgnUserError
     from dgn.model import DGNConfig
-    from dgn.train import TrainConfig
+    from dgn.train import STATE_NAME, TrainConfig
 
     progress = not args.quiet
     model_over = _overrides(args, MODEL_OPTIONS)
@@ -135,9 +140,19 @@ def _train(args: argparse.Namespace) -> int:
     if args.vectors is not None and ft_over:
         given = ", ".join(FASTTEXT_OPTIONS[k] for k in ft_over)
         raise DgnUserError(f"{given}: only used without --vectors (to train fastText vectors)")
+    saved: dict[str, Any] | None = None
+    if args.resume is not None:
+        saved = _resume_settings(args, model_over, train_over, ft_over)
+    elif args.train is None or args.output is None:
+        missing = " and ".join(o for o, v in (("--train", args.train), ("--output", args.output)) if v is None)
+        raise DgnUserError(f"{missing}: required (unless --resume DIR continues a run)")
     # Fail on bad options before any slow step.
     build_config(lambda **kw: replace(DGNConfig(), **kw), model_over, MODEL_OPTIONS)
-    config = build_config(lambda **kw: replace(TrainConfig(), **kw), train_over, TRAIN_OPTIONS)
+    base_config = TrainConfig()
+    if saved is not None:
+        recorded = saved["train_config"]
+        base_config = TrainConfig(**{**recorded, "eval_ks": tuple(recorded["eval_ks"])})
+    config = build_config(lambda **kw: replace(base_config, **kw), train_over, TRAIN_OPTIONS)
     for path, option in ((args.train, "--train"), (args.dev, "--dev")):
         if path is not None and not Path(path).is_file():
             raise DgnUserError(f"{option} {path}: file not found")
@@ -155,30 +170,39 @@ def _train(args: argparse.Namespace) -> int:
     from dgn.train import train_model
 
     vectors = args.vectors
-    if vectors is None:
-        from dgn.features import train_fasttext_vectors
+    if saved is not None:
+        featurizer = Featurizer.from_settings(
+            saved["featurizer"], vectors_path=vectors, cache_dir=args.cache_dir, progress=progress
+        )
+        vectors = featurizer.vectors_path
+    else:
+        if vectors is None:
+            from dgn.features import train_fasttext_vectors
 
-        vectors = out / "vectors.bin"
-        if progress:
-            print(f"training fastText vectors on {args.train} -> {vectors}", flush=True)
-        texts = (t for p in read_problems(args.train) for t in (p.query, *p.candidates))
-        train_fasttext_vectors(texts, vectors, seed=config.seed, **ft_over)
-
-    featurizer = Featurizer(vectors, cache_dir=args.cache_dir, progress=progress)
-    featurizer.fit_scaler(args.train)
+            vectors = out / "vectors.bin"
+            if progress:
+                print(f"training fastText vectors on {args.train} -> {vectors}", flush=True)
+            texts = (t for p in read_problems(args.train) for t in (p.query, *p.candidates))
+            train_fasttext_vectors(texts, vectors, seed=config.seed, **ft_over)
+        featurizer = Featurizer(vectors, cache_dir=args.cache_dir, progress=progress)
+        featurizer.fit_scaler(args.train)
     train = SelectionDataset(args.train, featurizer, max_candidates=config.max_candidates)
     if not any(any(info.gold) for info in train.infos):
         raise DgnUserError(f"--train {args.train}: no problem has gold evidence; nothing to train on")
     dev = SelectionDataset(args.dev, featurizer) if args.dev is not None else None
     if dev is not None and not any(any(info.gold) for info in dev.infos):
         raise DgnUserError(f"--dev {args.dev}: no problem has gold evidence; cannot select epochs")
-    model_config = build_config(
-        lambda **kw: replace(DGNConfig(in_features=featurizer.dim), **kw), model_over, MODEL_OPTIONS
-    )
+    if saved is not None:
+        model_config = DGNConfig.from_dict(saved["model_config"], source=f"{args.resume}/{STATE_NAME}")
+    else:
+        model_config = build_config(
+            lambda **kw: replace(DGNConfig(in_features=featurizer.dim), **kw), model_over, MODEL_OPTIONS
+        )
     torch.manual_seed(config.seed)
     model = DGN(model_config)
     if progress:
-        print(f"training DGN ({model.num_parameters():,} parameters) on {len(train)} problems", flush=True)
+        verb = "resuming" if saved is not None else "training"
+        print(f"{verb} DGN ({model.num_parameters():,} parameters) on {len(train)} problems", flush=True)
 
     def save(m: Any, epoch: int, metrics: dict[str, float]) -> None:
         m.save_pretrained(
@@ -191,13 +215,23 @@ def _train(args: argparse.Namespace) -> int:
             },
         )
 
-    result = train_model(model, train, dev, config, on_best=save, progress=progress)
+    inputs = {
+        "featurizer": featurizer.settings(),
+        "train": str(Path(args.train).resolve()),
+        "dev": None if args.dev is None else str(Path(args.dev).resolve()),
+        "train_sha256": _sha256(args.train),
+        "dev_sha256": None if args.dev is None else _sha256(args.dev),
+    }
+    result = train_model(
+        model, train, dev, config, on_best=save, progress=progress,
+        state_path=out / STATE_NAME, resume=saved is not None, extra_state=inputs,
+    )
     history = {
         **result.to_dict(),
         "model_config": model_config.to_dict(),
         "train_config": asdict(config),
-        "train": str(Path(args.train).resolve()),
-        "dev": None if args.dev is None else str(Path(args.dev).resolve()),
+        "train": inputs["train"],
+        "dev": inputs["dev"],
         "vectors": str(Path(vectors).resolve()),
     }
     with atomic_write(out / "train_history.json") as fh:
@@ -213,6 +247,74 @@ def _train(args: argparse.Namespace) -> int:
         print(f"no dev set: kept the last epoch ({result.best_epoch})")
     print(f"model saved to {out} ({result.seconds:.1f} s)")
     return 0
+
+
+def _sha256(path: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _resume_settings(
+    args: argparse.Namespace, model_over: dict[str, Any], train_over: dict[str, Any], ft_over: dict[str, Any]
+) -> dict[str, Any]:
+    """Check ``--resume DIR`` against the other options; fill in what the saved run used.
+
+    Returns the saved run's settings (``train_config``, ``model_config``, ``featurizer``)
+    and sets ``args.train``, ``args.dev`` and ``args.output`` where they were left out.
+    """
+    from pathlib import Path
+
+    from dgn.errors import DgnUserError
+    from dgn.train import RESUMABLE_CHANGES, STATE_NAME, load_training_state
+
+    directory = Path(args.resume)
+    if not (directory / STATE_NAME).is_file():
+        raise DgnUserError(
+            f"--resume {directory}: no training state ({STATE_NAME}) there; "
+            "start a new run without --resume"
+        )
+    if args.output is not None and Path(args.output).resolve() != directory.resolve():
+        raise DgnUserError(f"--output {args.output}: a resumed run writes to its own directory ({directory})")
+    args.output = str(directory)
+    state = load_training_state(directory / STATE_NAME)
+    extra = state.get("extra") or {}
+    path = directory / STATE_NAME
+    if model_over:
+        given = ", ".join(MODEL_OPTIONS[k] for k in model_over)
+        raise DgnUserError(f"{given}: the model of a resumed run cannot change (--resume {directory})")
+    if ft_over:
+        given = ", ".join(FASTTEXT_OPTIONS[k] for k in ft_over)
+        raise DgnUserError(f"{given}: the vectors of a resumed run cannot change (--resume {directory})")
+    saved_config = state["train_config"]
+    for name, value in train_over.items():
+        before = saved_config.get(name)
+        if name not in RESUMABLE_CHANGES and before != value:
+            raise DgnUserError(
+                f"{TRAIN_OPTIONS[name]} {value}: the run being resumed used {before!r}; "
+                f"only {', '.join(TRAIN_OPTIONS[n] for n in RESUMABLE_CHANGES)} may change"
+            )
+    for option, key in (("--train", "train"), ("--dev", "dev")):
+        given = getattr(args, key)
+        recorded, digest = extra.get(key), extra.get(f"{key}_sha256")
+        if given is None:
+            if key == "dev" and recorded is None:
+                continue
+            if recorded is None or not Path(recorded).is_file():
+                raise DgnUserError(f"{option}: the run's file {recorded} is gone; pass {option} PATH")
+            setattr(args, key, recorded)
+            given = recorded
+        elif recorded is None:
+            raise DgnUserError(f"{option} {given}: the run being resumed had no {option}")
+        if Path(given).is_file() and digest is not None and _sha256(given) != digest:
+            raise DgnUserError(f"{option} {given}: not the file the run being resumed trained on (sha256 differs)")
+    if "featurizer" not in extra:
+        raise DgnUserError(f"{path}: field 'extra.featurizer': missing; cannot featurize as the run did")
+    return {"train_config": saved_config, "model_config": state["model_config"], "featurizer": extra["featurizer"]}
 
 
 def _finite(value: Any) -> Any:

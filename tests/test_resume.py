@@ -1,0 +1,156 @@
+"""``dgn train --resume``: an interrupted run ends exactly where an uninterrupted one does.
+
+The runs use dropout and a decaying temperature so that the torch RNG, the batch-order
+generator and the temperature schedule all have to be restored, not just the weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dgn.train import STATE_NAME, load_training_state
+from tests.test_cli import WORDS, _env, _problems, _write_jsonl, _write_vec, run_dgn
+
+EPOCHS = 6
+TUNING = [
+    "--patience", 0, "--encoded-features", 4, "--hidden-features", 8, "--steps", 3,
+    "--batch-size", 4, "--dropout", 0.2, "--tau-decay", 0.9, "--quiet",
+]
+
+
+@pytest.fixture(scope="module")
+def ws(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("resume")
+    w = {"root": root, "cache": root / "cache", "vec": root / "v.vec"}
+    _write_vec(w["vec"], WORDS, 8, seed=1)
+    w["train"] = _write_jsonl(root / "train.jsonl", _problems(80, seed=3, prefix="t"))
+    w["dev"] = _write_jsonl(root / "dev.jsonl", _problems(15, seed=4, prefix="d"))
+    return w
+
+
+def _train_args(w: dict[str, Path], out: Path, epochs: int) -> list[Any]:
+    return [
+        "train", "--train", w["train"], "--dev", w["dev"], "--vectors", w["vec"],
+        "--output", out, "--epochs", epochs, *TUNING,
+    ]
+
+
+def _weights(directory: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(directory / "model.safetensors"))
+
+
+def _history(directory: Path) -> dict[str, Any]:
+    record = json.loads((directory / "train_history.json").read_text())
+    return {k: record[k] for k in ("history", "best_epoch", "best_score", "best_metrics")}
+
+
+def _assert_same_run(a: Path, b: Path) -> None:
+    wa, wb = _weights(a), _weights(b)
+    assert wa.keys() == wb.keys()
+    for name in wa:
+        assert torch.equal(wa[name], wb[name]), name
+    assert _history(a) == _history(b)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(ws: dict[str, Path]) -> Path:
+    out = ws["root"] / "full"
+    proc = run_dgn(_train_args(ws, out, EPOCHS), ws["cache"])
+    assert proc.returncode == 0, proc.stderr
+    assert len(_history(out)["history"]) == EPOCHS
+    return out
+
+
+def test_killed_run_resumes_to_the_same_result(ws: dict[str, Path], uninterrupted: Path) -> None:
+    out = ws["root"] / "killed"
+    state = out / STATE_NAME
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dgn.cli", *map(str, _train_args(ws, out, EPOCHS))],
+        env=_env(ws["cache"]),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not state.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        os.kill(proc.pid, signal.SIGKILL)  # in the middle of epoch 2 (or of writing a file)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be interrupted"
+    done = load_training_state(state)["epoch"]
+    assert 1 <= done < EPOCHS
+    resumed = run_dgn(["train", "--resume", out, "--epochs", EPOCHS, "--quiet"], ws["cache"])
+    assert resumed.returncode == 0, resumed.stderr
+    assert load_training_state(state)["epoch"] == EPOCHS
+    _assert_same_run(out, uninterrupted)
+
+
+def test_finished_run_extends_with_more_epochs(ws: dict[str, Path], uninterrupted: Path) -> None:
+    out = ws["root"] / "short"
+    first = run_dgn(_train_args(ws, out, 3), ws["cache"])
+    assert first.returncode == 0, first.stderr
+    assert len(_history(out)["history"]) == 3
+    # --train given again (the same file) is accepted; only --epochs changes
+    more = run_dgn(["train", "--resume", out, "--train", ws["train"], "--epochs", EPOCHS, "--quiet"], ws["cache"])
+    assert more.returncode == 0, more.stderr
+    _assert_same_run(out, uninterrupted)
+    # resuming a finished run again changes nothing
+    again = run_dgn(["train", "--resume", out, "--epochs", EPOCHS, "--quiet"], ws["cache"])
+    assert again.returncode == 0, again.stderr
+    _assert_same_run(out, uninterrupted)
+
+
+def test_resume_error_in_console_script(ws: dict[str, Path], uninterrupted: Path) -> None:
+    before = _weights(uninterrupted)
+    proc = run_dgn(["train", "--resume", uninterrupted, "--lr", "0.01"], ws["cache"])
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--lr 0.01: the run being resumed used 0.001" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    after = _weights(uninterrupted)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_resume_messages(uninterrupted: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dgn.cli import main
+
+    other = _write_jsonl(tmp_path / "other.jsonl", _problems(10, seed=9, prefix="o"))
+    cases = [
+        (["train", "--resume", tmp_path], f"--resume {tmp_path}: no training state"),
+        (["train", "--resume", uninterrupted, "--steps", "5"], "--steps: the model of a resumed run cannot change"),
+        (["train", "--resume", uninterrupted, "--train", other], "not the file the run being resumed trained on"),
+        (["train", "--resume", uninterrupted, "--output", tmp_path / "x"], "writes to its own directory"),
+        (["train", "--output", tmp_path / "y"], "--train: required"),
+        (["train", "--resume", uninterrupted, "--patience", "x"], "expected an integer >= 0"),
+    ]
+    for argv, message in cases:
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as exc:  # argparse errors
+            code = exc.code  # type: ignore[assignment]
+        err = capsys.readouterr().err
+        assert code == 2, argv
+        assert message in err and err.count("\n") == 1, err
+
+
+def test_corrupt_state_is_a_user_error(uninterrupted: Path, tmp_path: Path) -> None:
+    from dgn.errors import DgnUserError
+
+    bad = tmp_path / STATE_NAME
+    bad.write_bytes((uninterrupted / STATE_NAME).read_bytes()[:1000])
+    with pytest.raises(DgnUserError, match="cannot read the training state"):
+        load_training_state(bad)
+    torch.save({"format": "something else"}, bad)
+    with pytest.raises(DgnUserError, match="field 'format': not a dgn training state"):
+        load_training_state(bad)
