@@ -48,6 +48,8 @@ def as_features(
         raise ValueError(f"{name} must be a torch.Tensor or numpy array, got {_describe(features)}")
     if features.dim() not in (2, 3):
         raise ValueError(f"{name} must have shape (N, E) or (B, N, E), got {_describe(features)}")
+    if features.is_complex():
+        raise ValueError(f"{name} must be real, got {_describe(features)}")
     if not features.is_floating_point():
         features = features.to(torch.get_default_dtype())
     unbatched = features.dim() == 2

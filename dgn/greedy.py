@@ -159,7 +159,7 @@ def greedy_select(
         if method == "lazy":
             out = _lazy(feats, k, obj, valid, start, mod)
         else:
-            step = max(1, _CHUNK_ELEMENTS // max(1, feats[0].numel()))
+            step = max(1, _CHUNK_ELEMENTS // max(1, N * feats.shape[2]))  # B may be 0
             parts = [
                 _naive(
                     feats[s : s + step],
@@ -423,6 +423,19 @@ def soft_greedy_select(
         has = available.any(dim=1)  # (B,)
         # Rows with nothing left get a dummy all-zero row so softmax stays finite.
         logits = scores.masked_fill(~available, neg_inf)
+        top = logits.amax(dim=1)  # (B,) -inf where nothing is available
+        overflow = has & ~torch.isfinite(top)
+        if bool(overflow.any()):
+            # A tiny tau took g / tau out of range (+inf, NaN, or -inf everywhere), where
+            # softmax gives NaN: those rows use (g - max g) / tau, the same softmax in exact
+            # arithmetic (0 at the best gains even where tau underflows the dtype to 0).
+            g_top = g.masked_fill(~available, neg_inf).amax(dim=1, keepdim=True)
+            diff = g - torch.where(torch.isfinite(g_top), g_top, 0.0).detach()
+            shifted = torch.where(diff == 0, torch.zeros_like(diff), diff / tau)
+            if relaxation == "soft":
+                shifted = shifted + torch.log(remaining.clamp_min(1e-30))
+            shifted = shifted.masked_fill(~available, neg_inf)
+            logits = torch.where(overflow.unsqueeze(1), shifted, logits)
         safe = torch.where(has.unsqueeze(1), logits, torch.zeros_like(logits))
         s = torch.softmax(safe, dim=1) * has.unsqueeze(1).to(feats.dtype)  # (B, N)
         s = s.masked_fill(~available, 0.0)
@@ -430,7 +443,7 @@ def soft_greedy_select(
         onehot = torch.zeros_like(s)
         onehot[rows[has], best[has]] = 1.0
         if relaxation == "straight_through":
-            weights = onehot + s - s.detach()
+            weights = onehot + (s - s.detach())  # forward: exactly the one-hot (s - s == 0)
         else:
             weights = s
             remaining = remaining - s

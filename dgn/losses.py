@@ -34,12 +34,20 @@ def _log_probs(states: Tensor, from_logits: bool) -> Tensor:
 
 
 def _picks(states: Tensor, indices: Tensor | None, from_logits: bool) -> Tensor:
+    N = states.shape[-1]
     if indices is not None:
+        if not isinstance(indices, Tensor) or indices.is_floating_point() or indices.is_complex() \
+                or indices.dtype == torch.bool:
+            raise ValueError(f"indices must be an integer tensor, got {_describe(indices)}")
         if tuple(indices.shape) != tuple(states.shape[:2]):
             raise ValueError(
                 f"indices must have shape {tuple(states.shape[:2])}, got {tuple(indices.shape)}"
             )
+        if indices.numel() and not bool(((indices >= -1) & (indices < N)).all()):
+            raise ValueError(f"indices must be candidate indices in [0, {N}) or -1 for no pick")
         return indices.long()
+    if N == 0:  # no candidate: no layer picks anything
+        return torch.full(states.shape[:2], -1, dtype=torch.long, device=states.device)
     # The argmax of each layer is the layer's pick in both relaxations.
     has = torch.isfinite(states).any(-1) if from_logits else (states > 0).any(-1)
     best = states.argmax(-1)
@@ -56,12 +64,27 @@ def _unpicked_before(picks: Tensor, N: int) -> Tensor:
     return before == 0
 
 
-def _check(states: Tensor, target: Tensor, name: str) -> None:
+def _describe(x: object) -> str:
+    if isinstance(x, Tensor):
+        return f"tensor of shape {tuple(x.shape)} and dtype {x.dtype}"
+    return type(x).__name__
+
+
+def _check(states: Tensor, target: Tensor, name: str, from_logits: bool) -> None:
+    if not isinstance(states, Tensor) or not states.is_floating_point():
+        raise ValueError(f"states must be a floating-point tensor, got {_describe(states)}")
+    if not isinstance(target, Tensor) or target.is_complex():
+        raise ValueError(f"{name} must be a real tensor, got {_describe(target)}")
     if states.dim() != 3:
         raise ValueError(f"states must have shape (B, K, N), got {tuple(states.shape)}")
     B, _, N = states.shape
     if tuple(target.shape) != (B, N):
         raise ValueError(f"{name} must have shape ({B}, {N}), got {tuple(target.shape)}")
+    # NaN (and, for logits, +inf) would turn the loss into NaN or inf without a word.
+    bad = torch.isnan(states) | (states == float("inf")) if from_logits else torch.isnan(states)
+    if bool(bad.any()):
+        what = "NaN or +inf" if from_logits else "NaN"
+        raise ValueError(f"states contain {what} values")
 
 
 def _reduce(per_problem: Tensor, reduction: str) -> Tensor:
@@ -104,13 +127,18 @@ def layerwise_cross_entropy(
     Returns:
         The loss, ``(B,)`` or a scalar.
 
+    Raises:
+        ValueError: Non-tensor inputs, wrong shapes, NaN (or, for logits, ``+inf``) in
+            ``states``, ``indices`` that are not integers in ``[-1, N)``, or an unknown
+            ``reduction``.
+
     Example:
         >>> logits = torch.log(torch.tensor([[[0.5, 0.25, 0.25], [0.0, 0.5, 0.5]]]))
         >>> gold = torch.tensor([[True, True, False]])
         >>> round(float(layerwise_cross_entropy(logits, gold)), 4)  # -(log .5 + log .25) - log .5
         2.7726
     """
-    _check(states, gold, "gold")
+    _check(states, gold, "gold", from_logits)
     B, K, N = states.shape
     logp = _log_probs(states, from_logits)  # (B, K, N)
     open_gold = gold.bool().unsqueeze(1) & _unpicked_before(_picks(states, indices, from_logits), N)  # (B, K, N)
@@ -141,8 +169,11 @@ def soft_label_cross_entropy(
 
     Returns:
         The loss, ``(B,)`` or a scalar.
+
+    Raises:
+        ValueError: As :func:`layerwise_cross_entropy`, or ``relevance`` negative, NaN or inf.
     """
-    _check(states, relevance, "relevance")
+    _check(states, relevance, "relevance", from_logits)
     if bool((relevance < 0).any()) or not bool(torch.isfinite(relevance).all()):
         raise ValueError("relevance must be finite and nonnegative")
     B, K, N = states.shape
@@ -150,7 +181,7 @@ def soft_label_cross_entropy(
     open_items = _unpicked_before(_picks(states, indices, from_logits), N)  # (B, K, N)
     r = relevance.to(logp.dtype).unsqueeze(1) * open_items.to(logp.dtype)  # (B, K, N)
     total = r.sum(-1, keepdim=True)
-    p = torch.where(total > 0, r / total.clamp_min(torch.finfo(r.dtype).tiny), torch.zeros_like(r))
+    p = r / torch.where(total > 0, total, torch.ones_like(total))  # sums to 1 (or all 0)
     terms = torch.where(p > 0, -p * logp, torch.zeros_like(logp))
     return _reduce(terms.sum(dim=(1, 2)), reduction)
 

@@ -230,16 +230,33 @@ class Objective(nn.Module):
 
         Returns:
             ``(B,)`` objective values (``()`` for unbatched input).
+
+        Raises:
+            ValueError: Bad features or mask (as in :func:`dgn.greedy_select`), or
+                ``selected`` of the wrong shape, not numeric, or with negative, NaN or
+                inf weights.
         """
         feats, unbatched = as_features(features, nonnegative=self._needs_nonnegative)
         B, N, _ = feats.shape
         valid = as_mask(mask, B, N, feats.device)
         if not isinstance(selected, Tensor):
-            selected = torch.as_tensor(selected)
+            try:
+                selected = torch.as_tensor(selected)
+            except (TypeError, ValueError, RuntimeError):
+                raise ValueError(
+                    f"selected must be a ({B}, {N}) bool set or nonnegative weights, "
+                    f"got {type(selected).__name__}"
+                ) from None
         if selected.dim() == 1 and B == 1:
             selected = selected.unsqueeze(0)
         if tuple(selected.shape) != (B, N):
             raise ValueError(f"selected must have shape ({B}, {N}), got {tuple(selected.shape)}")
+        if selected.is_complex() or (
+            selected.dtype != torch.bool
+            and selected.numel()
+            and not bool(((selected >= 0) & torch.isfinite(selected)).all())
+        ):
+            raise ValueError("selected must be a bool set or finite, nonnegative weights")
         weights = selected.to(feats.dtype) * valid.to(feats.dtype)
         state = self.update(feats, self.init_state(feats, valid), weights)
         out = self._state_value(feats, state)
@@ -519,6 +536,8 @@ class FacilityLocation(Objective):
 
     def update(self, features: Tensor, state: tuple[Tensor, Tensor], weights: Tensor) -> tuple[Tensor, Tensor]:
         sim, best = state
+        if sim.shape[-1] == 0:  # no candidates: nothing to add
+            return sim, best
         if bool(((weights == 0) | (weights == 1)).all()) and not weights.requires_grad:
             # Exact set semantics: the best similarity over the chosen items.
             chosen = sim.masked_fill(~weights.bool().unsqueeze(1), 0.0).amax(-1)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from dgn.data._records import get_field
+from dgn.data._records import get_field, type_name
 from dgn.data.io import iter_jsonl
 from dgn.data.report import ConvertReport
 from dgn.data.schema import Problem
@@ -80,6 +80,14 @@ def convert_climate_fever(
                 ev, "evidence_label", str, path=path, line=line, field_prefix=where + "."
             )
             votes = get_field(ev, "votes", list, path=path, line=line, field_prefix=where + ".")
+            for j, vote in enumerate(votes):
+                if vote is not None and not isinstance(vote, str):
+                    raise DataError(
+                        f"vote {j} must be a label string or null, got {type_name(vote)}",
+                        path=path,
+                        line=line,
+                        field=where + ".votes",
+                    )
             candidates.append(text)
             labels.append(label)
             ids.append(str(ev.get("evidence_id", "")))
@@ -90,14 +98,18 @@ def convert_climate_fever(
             "evidence_ids": ids,
             "evidence_labels": labels,
         }
-        problem = Problem(
-            id=str(raw_id),
-            query=claim,
-            candidates=candidates,
-            gold=[gold_set] if gold_set else [],
-            relevance=relevance,
-            meta=meta,
-        )
+        try:
+            problem = Problem(
+                id=str(raw_id),
+                query=claim,
+                candidates=candidates,
+                gold=[gold_set] if gold_set else [],
+                relevance=relevance,
+                meta=meta,
+            )
+        except DataError as exc:
+            field = {"id": "claim_id", "candidates": "evidences"}.get(exc.field or "", exc.field)
+            raise DataError(exc.message, path=path, line=line, field=field) from None
         yield shuffle_problem(
             problem, seed, per_candidate_meta=("evidence_ids", "evidence_labels"), shuffle=shuffle
         )

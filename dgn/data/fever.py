@@ -167,9 +167,14 @@ def convert_fever(
             evidence = get_field(obj, "evidence", list, path=path, line=line)
             groups = _parse_groups(evidence, path=path, line=line)
             meta = {"label": label, "verifiable": verifiable}
-            problem = _build_problem(
-                str(raw_id), claim, groups, store, report, meta=meta, title_in_text=title_in_text
-            )
+            try:
+                problem = _build_problem(
+                    str(raw_id), claim, groups, store, report, meta=meta, title_in_text=title_in_text
+                )
+            except DataError as exc:
+                if exc.path is not None:
+                    raise
+                raise DataError(exc.message, path=path, line=line, field=exc.field) from None
             if problem is None:
                 report.skip("no evidence group left")
                 continue

@@ -167,6 +167,10 @@ def parse_json_line(text: str, *, path: str | None = None, line: int | None = No
         raise DataError(
             f"malformed JSON: {exc.msg} (column {exc.colno})", path=path, line=line
         ) from exc
+    except ValueError as exc:  # e.g. an integer literal beyond Python's digit limit
+        raise DataError(f"malformed JSON: {exc}", path=path, line=line) from exc
+    except RecursionError:
+        raise DataError("malformed JSON: nested too deeply", path=path, line=line) from None
 
 
 def _create_temp(target: Path) -> tuple[int, Path]:

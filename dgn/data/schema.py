@@ -27,6 +27,7 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 _PROBLEM_FIELDS = ("id", "query", "candidates", "gold", "relevance", "meta")
+_SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 _PREDICTION_FIELDS = ("id", "ranking", "scores")
 
 
@@ -83,7 +85,10 @@ def _check_float_list(
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise DataError(f"value {i} must be a number, got {_type_name(v)}", field=name)
-        x = float(v)
+        try:
+            x = float(v)
+        except OverflowError:  # an integer beyond the float range
+            raise DataError(f"value {i} is beyond the float range", field=name) from None
         if not math.isfinite(x):
             raise DataError(f"value {i} is not finite: {v!r}", field=name)
         if nonnegative and x < 0:
@@ -524,7 +529,21 @@ def _write_records(
                     raise DataError(
                         f"record {rec.id!r} is not JSON-serialisable: {exc}", path=str(target)
                     ) from exc
-                out.write(line)
+                try:
+                    out.write(line)
+                except UnicodeEncodeError:
+                    # A lone surrogate (read from a "\ud800" escape) has no UTF-8 form:
+                    # keep this record's non-ASCII text escaped, which reads back the same,
+                    # unless a high surrogate precedes a low one (JSON reads that as one
+                    # character, so the text would come back changed).
+                    if _SURROGATE_PAIR.search(line):
+                        raise DataError(
+                            f"record {rec.id!r} holds a surrogate pair as two code points, "
+                            "which JSON cannot keep apart; it is not valid Unicode text",
+                            path=str(target),
+                            line=count + 1,
+                        ) from None
+                    out.write(json.dumps(rec.to_json(), ensure_ascii=True, allow_nan=False))
                 out.write("\n")
                 count += 1
             out.flush()
@@ -549,7 +568,8 @@ def write_problems(path: str | os.PathLike[str], problems: Iterable[Problem]) ->
         The number of problems written.
 
     Raises:
-        DataError: Duplicate id, non-serialisable ``meta``, or an unwritable location.
+        DataError: Duplicate id, non-serialisable ``meta``, text that JSON cannot hold
+            (a surrogate pair kept as two code points), or an unwritable location.
     """
     return _write_records(path, problems, Problem)
 
@@ -565,6 +585,7 @@ def write_predictions(path: str | os.PathLike[str], predictions: Iterable[Predic
         The number of predictions written.
 
     Raises:
-        DataError: Duplicate id or an unwritable location.
+        DataError: Duplicate id, an id that JSON cannot hold (see :func:`write_problems`),
+            or an unwritable location.
     """
     return _write_records(path, predictions, Prediction)

@@ -41,7 +41,9 @@ def candidate_permutation(seed: int, key: str, n: int) -> list[int]:
         >>> sorted(candidate_permutation(1, "a", 5))
         [0, 1, 2, 3, 4]
     """
-    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
+    # surrogatepass: an id with a lone surrogate (from a JSON escape) still hashes; every
+    # other id hashes exactly as with plain UTF-8.
+    digest = hashlib.sha256(f"{seed}:{key}".encode("utf-8", "surrogatepass")).digest()
     rng = random.Random(int.from_bytes(digest[:16], "big"))
     perm = list(range(n))
     for i in range(n - 1, 0, -1):

@@ -93,6 +93,17 @@ def _key(title: str) -> str:
     return unicodedata.normalize("NFC", title)
 
 
+def _encodable(text: str) -> bool:
+    """False for text SQLite cannot store: a lone surrogate (from a ``"\\ud800"`` escape)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _dump_files(wiki_dir: Path) -> list[Path]:
     if not wiki_dir.is_dir():
         raise DataError("wiki dump directory not found", path=str(wiki_dir))
@@ -120,6 +131,14 @@ def _pages(files: list[Path]) -> Iterator[tuple[str, str]]:
                 raise DataError("expected a string page title", path=path, line=line, field="id")
             if not isinstance(lines, str):
                 raise DataError("expected a string", path=path, line=line, field="lines")
+            for name, text in (("id", title), ("lines", lines)):
+                if not _encodable(text):
+                    raise DataError(
+                        "text with a lone surrogate escape is not valid Unicode",
+                        path=path,
+                        line=line,
+                        field=name,
+                    )
             if title:
                 yield _key(title), lines
 
@@ -255,7 +274,7 @@ class WikiStore:
         return self._num_pages
 
     def __contains__(self, page: object) -> bool:
-        if not isinstance(page, str):
+        if not isinstance(page, str) or not _encodable(page):
             return False
         row = self._conn.execute(
             "SELECT 1 FROM pages WHERE id = ? LIMIT 1", (_key(page),)
@@ -264,6 +283,8 @@ class WikiStore:
 
     def get_raw(self, page: str) -> str | None:
         """The dump's ``lines`` string of a page, or ``None`` if the page is absent."""
+        if not _encodable(page):  # no stored title has a lone surrogate
+            return None
         row = self._conn.execute(
             "SELECT lines FROM pages WHERE id = ? ORDER BY rowid LIMIT 1", (_key(page),)
         ).fetchone()

@@ -42,6 +42,8 @@ def _check_inputs(query: str, candidates: Sequence[str]) -> None:
         raise DgnUserError(f"query must be a str, got {type(query).__name__}")
     if isinstance(candidates, (str, bytes)):
         raise DgnUserError("candidates must be a list of strings, got a single string")
+    if not isinstance(candidates, Iterable):
+        raise DgnUserError(f"candidates must be a list of strings, got {type(candidates).__name__}")
 
 
 def claim_sentence_features(

@@ -549,6 +549,8 @@ def embed_texts(texts: Iterable[str], vectors: WordVectors) -> np.ndarray:
     """
     if isinstance(texts, (str, bytes)):
         raise DgnUserError("embed_texts expects a list of texts, got a single string")
+    if not isinstance(texts, Iterable):
+        raise DgnUserError(f"embed_texts expects a list of texts, got {type(texts).__name__}")
     texts = list(texts)
     out = np.zeros((len(texts), vectors.dim), dtype=np.float32)
     for i, text in enumerate(texts):

@@ -268,6 +268,10 @@ def _expand(names: Iterable[str], ks: Iterable[int]) -> tuple[Metric, ...]:
     """Bare names times ``ks``; entries with ``@`` are taken as they are. Duplicates dropped."""
     if isinstance(names, str):
         raise ValueError(f"names must be a sequence of metric names, got the str {names!r}")
+    if not isinstance(names, Iterable):
+        raise ValueError(f"names must be a sequence of metric names, got {type(names).__name__}")
+    if isinstance(ks, (str, bytes)) or not isinstance(ks, Iterable):
+        raise ValueError(f"ks must be a sequence of positive ints, got {type(ks).__name__}")
     ks = tuple(ks)
     for k in ks:
         check_cutoff(k, name="each of ks")
@@ -464,6 +468,12 @@ def _zip_problems(
     rankings: Iterable[Any], golds: Iterable[Any], relevances: Iterable[Any] | None
 ) -> Iterator[tuple[Any, Any, Any]]:
     """Zip rankings, golds and relevances, raising ValueError when the lengths differ."""
+    for name, value in (("rankings", rankings), ("golds", golds), ("relevances", relevances)):
+        if isinstance(value, (str, bytes)) or not (
+            isinstance(value, Iterable) or (value is None and name == "relevances")
+        ):
+            raise ValueError(f"{name} must be an iterable with one entry per problem, "
+                             f"got {type(value).__name__}")
     gold_iter = iter(golds)
     rel_iter = None if relevances is None else iter(relevances)
     done = object()

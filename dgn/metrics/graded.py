@@ -29,8 +29,26 @@ GAINS: tuple[str, ...] = ("linear", "exp")
 # -- unchecked helpers, shared with the accumulator --------------------------------------
 
 
-def _gain(value: float, gain: str) -> float:
-    return value if gain == "linear" else 2.0**value - 1.0
+_LN2 = math.log(2.0)
+# Above these top grades the gains are rescaled so that no gain or DCG sum overflows.
+_LINEAR_SCALE_ABOVE = 1e290
+_EXP_SCALE_ABOVE = 1000.0
+
+
+def _gains(relevance: Sequence[float], gain: str) -> list[float]:
+    """The gain of every candidate, all multiplied by one positive factor where needed.
+
+    nDCG is a ratio, so a common factor cancels: huge grades are scaled down (``2**r``
+    overflows near ``r = 1024``) instead of turning nDCG into NaN or an OverflowError, and
+    ``2**r - 1`` is taken as ``expm1(r ln 2)`` so that a tiny positive grade keeps a
+    positive gain.
+    """
+    top = max(relevance, default=0.0)
+    if gain == "linear":
+        return [r / top for r in relevance] if top > _LINEAR_SCALE_ABOVE else list(relevance)
+    if top > _EXP_SCALE_ABOVE:  # scaled by 2**-top; the "- 1" is far below rounding there
+        return [0.0 if r == 0 else 2.0 ** (r - top) for r in relevance]
+    return [2.0**r - 1.0 if r >= 1.0 else math.expm1(r * _LN2) for r in relevance]
 
 
 def _dcg(gains: Iterable[float], k: int | None) -> float:
@@ -46,10 +64,11 @@ def _dcg(gains: Iterable[float], k: int | None) -> float:
 def _ndcg(
     picks: Sequence[int], relevance: Sequence[float], k: int | None, gain: str
 ) -> float | None:
-    ideal = _dcg(sorted((_gain(r, gain) for r in relevance), reverse=True), k)
+    gains = _gains(relevance, gain)
+    ideal = _dcg(sorted(gains, reverse=True), k)
     if ideal == 0:
         return None
-    return _dcg((_gain(relevance[p], gain) for p in picks), k) / ideal
+    return min(1.0, _dcg((gains[p] for p in picks), k) / ideal)  # rounding never above 1
 
 
 def _reciprocal_rank(

@@ -30,6 +30,8 @@ Conventions (the places where libraries differ):
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Hashable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import TypeVar
@@ -205,12 +207,20 @@ def f1_from_precision_recall(precision: float, recall: float) -> float:
     Returns:
         F1 in [0, 1], 0.0 when ``P = R = 0`` (where FEVER's scorer divides by zero).
 
+    Raises:
+        ValueError: ``precision`` or ``recall`` is not a number in [0, 1] (or NaN).
+
     Example:
         >>> round(f1_from_precision_recall(5 / 6, 0.5), 6)  # 2 * (5/12) / (4/3) = 5/8
         0.625
         >>> f1_from_precision_recall(0.0, 0.0)
         0.0
     """
+    for name, value in (("precision", precision), ("recall", recall)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (
+            math.isnan(value) or 0.0 <= value <= 1.0
+        ):
+            raise ValueError(f"{name} must be a number in [0, 1] (or NaN), got {value!r}")
     total = precision + recall
     if total == 0:
         return 0.0
