@@ -176,20 +176,34 @@ def main(argv: list[str] | None = None) -> int:
         assert same == B, f"dgn float64 ranking differs from apricot on {B - same} of {B} problems"
         ours32 = greedy_select(X32, k)
         agree32 = float((ours32.indices == ours64.indices).all(1).float().mean())
-        for name, XX in (("float64", X64), ("float32", X32)):
-            t = statistics.median(_timeit(lambda XX=XX: greedy_select(XX, k), args.repeats))
-            log(f"(a) dgn {name}, {nt} thread(s): {t * 1e3:.0f} ms")
-            extra = (f"; picks = float64's on {agree32:.1%} of problems" if name == "float32"
-                     else f"; rankings = apricot's on {same}/{B}")
-            rows.append(
-                f"| (a) | dgn batched, {name}, {nt} thread{'s' if nt > 1 else ''} | {_fmt_s(t)} | "
-                f"{B / t:.0f} problems/s, {work / t:.2e} cand-feat-steps/s{extra} | "
-                f"{t_ap / t:.1f}x (vs as shipped: {t_shipped * B / t:,.0f}x) |"
-            )
-            tv = statistics.median(_timeit(lambda XX=XX: as_features(XX, nonnegative=True), args.repeats))
-            notes.append(f"(a) dgn {name}, {nt} thread(s): of {t * 1e3:.0f} ms, input validation "
-                         f"(dgn._validation.as_features) takes {tv * 1e3:.0f} ms")
-            log(notes[-1])
+        for compiled in (False, True):
+            if compiled:
+                t0 = time.perf_counter()
+                c64 = greedy_select(X64, k, compile=True)  # compiles on the first call of the process
+                c32 = greedy_select(X32, k, compile=True)
+                log(f"(a) dgn compile=True: first calls (compiling) took {time.perf_counter() - t0:.1f} s")
+                same_c = sum(c64.indices[i].tolist() == ap_rank[i].tolist() for i in range(B))
+                agree_c32 = float((c32.indices == ours64.indices).all(1).float().mean())
+            for name, XX in (("float64", X64), ("float32", X32)):
+                t = statistics.median(
+                    _timeit(lambda XX=XX, c=compiled: greedy_select(XX, k, compile=c), args.repeats)
+                )
+                label = f"{name}{', compile=True' if compiled else ''}"
+                log(f"(a) dgn {label}, {nt} thread(s): {t * 1e3:.0f} ms")
+                if name == "float32":
+                    extra = f"; picks = float64's on {(agree_c32 if compiled else agree32):.1%} of problems"
+                else:
+                    extra = f"; rankings = apricot's on {same_c if compiled else same}/{B}"
+                rows.append(
+                    f"| (a) | dgn batched, {label}, {nt} thread{'s' if nt > 1 else ''} | {_fmt_s(t)} | "
+                    f"{B / t:.0f} problems/s, {work / t:.2e} cand-feat-steps/s{extra} | "
+                    f"{t_ap / t:.1f}x (vs as shipped: {t_shipped * B / t:,.0f}x) |"
+                )
+                if not compiled:
+                    tv = statistics.median(_timeit(lambda XX=XX: as_features(XX, nonnegative=True), args.repeats))
+                    notes.append(f"(a) dgn {name}, {nt} thread(s): of {t * 1e3:.0f} ms, input validation "
+                                 f"(dgn._validation.as_features) takes {tv * 1e3:.0f} ms")
+                    log(notes[-1])
 
     # ---------------------------------------------------------------- case (b)
     N, E, k = 20000, 300, 50
@@ -222,15 +236,23 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r.replace(f"<{opt}>", ratio) for r in rows]
     for nt in threads:
         torch.set_num_threads(nt)
-        for method in ("naive", "lazy"):
-            got = greedy_select(Xb64, k, method=method).indices
-            assert got.tolist() == ref.tolist(), f"dgn {method} ranking differs from apricot"
-            t = statistics.median(_timeit(lambda m=method: greedy_select(Xb64, k, method=m), args.repeats))
-            log(f"(b) dgn {method}, {nt} thread(s): {_fmt_s(t)}")
+        variants = [("naive", False, Xb64), ("lazy", False, Xb64), ("naive", True, Xb64), ("naive", True, Xb64.float())]
+        for method, compiled, XX in variants:
+            got = greedy_select(XX, k, method=method, compile=compiled).indices
+            same = got.tolist() == ref.tolist()
+            if XX.dtype == torch.float64:
+                assert same, f"dgn {method} ranking differs from apricot"
+            t = statistics.median(
+                _timeit(lambda m=method, c=compiled, XX=XX: greedy_select(XX, k, method=m, compile=c), args.repeats)
+            )
+            dtype = str(XX.dtype).replace("torch.", "")
+            label = f"{method}, {dtype}{', compile=True' if compiled else ''}"
+            log(f"(b) dgn {label}, {nt} thread(s): {_fmt_s(t)}")
+            agree = "ranking = apricot's" if same else "ranking differs from apricot's (float32 rounding)"
             rows.append(
-                f"| (b) | dgn {method}, float64, {nt} thread{'s' if nt > 1 else ''} | {_fmt_s(t)} | "
+                f"| (b) | dgn {label}, {nt} thread{'s' if nt > 1 else ''} | {_fmt_s(t)} | "
                 f"{work_b / t:.2e} cand-feat-steps/s{'' if method == 'naive' else ' (naive-equivalent)'}"
-                f"; ranking = apricot's | {timings[fastest] / t:.2f}x |"
+                f"; {agree} | {timings[fastest] / t:.2f}x |"
             )
 
     header = [

@@ -9,6 +9,7 @@ gradients reach the features and the objective's weights.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -16,7 +17,7 @@ import torch
 from torch import Tensor
 
 from dgn._validation import as_features, as_mask, as_modular, check_k, check_tau
-from dgn.objectives import SCMM, Objective, ObjectiveLike, make_objective
+from dgn.objectives import CONCAVE_FUNCTIONS, SCMM, Objective, ObjectiveLike, make_objective
 
 __all__ = [
     "Selection",
@@ -33,6 +34,8 @@ RELAXATIONS = ("soft", "straight_through")
 # chunk's (chunk, N) bookkeeping stays small; SCMM's gains block further inside
 # (``dgn.objectives._GAINS_BLOCK``). Both tuned with benchmarks/greedy_speed.py.
 _CHUNK_ELEMENTS = 1 << 20
+# torch.compile'd SCMM gain kernels (``compile=True``), one per concave function and params.
+_FUSED: dict[tuple[str, tuple[tuple[str, float], ...]], Callable[..., Tensor]] = {}
 # Lazy greedy's smallest first block of stale candidates to re-evaluate in a step.
 _LAZY_FIRST_BLOCK = 16
 
@@ -104,6 +107,7 @@ def greedy_select(
     method: Literal["naive", "lazy"] = "naive",
     modular: Any = None,
     return_step_gains: bool = False,
+    compile: bool = False,
 ) -> Selection:
     r"""Forward greedy maximisation of a monotone submodular function.
 
@@ -129,13 +133,20 @@ def greedy_select(
             returns the same picks, faster when N is large.
         modular: Optional ``(B, N)`` per-item bonus added to each gain.
         return_step_gains: Also return the ``(B, K, N)`` gains of every step (naive only).
+        compile: Compute the SCMM gains of each step with a kernel built by
+            ``torch.compile`` that fuses ``phi(c + H)`` and the sum over features into
+            one pass (naive greedy, SCMM, no gradients). The first call of a process
+            compiles it (tens of seconds on CPU; it needs a C++ compiler), later calls
+            reuse it for any shape. Picks equal the uncompiled ones except where two
+            gains differ only by rounding (the sums are added in another order).
 
     Returns:
         A :class:`Selection`; unbatched input gives unbatched outputs ``(K,)``.
 
     Raises:
         ValueError: Bad shapes, NaN/inf, negative SCMM features, ``k < 0``, an unknown
-            objective or method.
+            objective or method, ``compile=True`` with lazy greedy, another objective
+            or features that require gradients.
 
     Example:
         >>> H = torch.tensor([[4.0, 0.0], [4.0, 0.0], [0.0, 1.0]])
@@ -154,10 +165,22 @@ def greedy_select(
         raise ValueError(f"method must be 'naive' or 'lazy', got {method!r}")
     if method == "lazy" and return_step_gains:
         raise ValueError("return_step_gains needs method='naive' (lazy greedy skips evaluations)")
+    fused = None
+    if compile:
+        if method != "naive":
+            raise ValueError("compile=True needs method='naive'")
+        if not isinstance(obj, SCMM):
+            raise ValueError(f"compile=True supports SCMM objectives, got {type(obj).__name__}")
+        needs_grad = feats.requires_grad or any(p.requires_grad for p in obj.parameters())
+        if needs_grad and torch.is_grad_enabled():
+            raise ValueError("compile=True is for hard greedy without gradients (use torch.no_grad())")
+        fused = _fused_gains(obj)
 
     with torch.no_grad() if not feats.requires_grad else torch.enable_grad():
         if method == "lazy":
             out = _lazy(feats, k, obj, valid, start, mod)
+        elif fused is not None:  # no scratch buffer, so no chunks
+            out = _naive(feats, k, obj, valid, start, mod, return_step_gains, fused)
         else:
             step = max(1, _CHUNK_ELEMENTS // max(1, N * feats.shape[2]))  # B may be 0
             parts = [
@@ -194,6 +217,7 @@ def _naive(
     start: Tensor | None,
     mod: Tensor | None,
     return_step_gains: bool,
+    fused: Callable[..., Tensor] | None = None,
 ) -> Selection:
     B, N, _ = feats.shape
     if N == 0:  # nothing to pick from
@@ -214,8 +238,15 @@ def _naive(
     gains = feats.new_zeros(B, k)
     ok = torch.zeros(B, k, dtype=torch.bool, device=feats.device)
     history = []
+    alpha = obj.weights(feats) if fused is not None else None  # type: ignore[operator]
     for step in range(k):
-        g = obj.gains(feats, state, modular=mod)  # (B, N)
+        if fused is None:
+            g = obj.gains(feats, state, modular=mod)  # (B, N)
+        else:
+            base = obj._reduce(obj.phi(state.clone(), inplace=True), alpha)  # type: ignore[operator]
+            g = _run_fused(fused, feats, state, alpha) - base.unsqueeze(1)
+            if mod is not None:
+                g = g + mod
         g = g.masked_fill(~available, float("-inf"))
         if return_step_gains:
             history.append(g)
@@ -233,6 +264,33 @@ def _naive(
         available[rows[has], best[has]] = False
     return Selection(indices, gains, ok, torch.stack(history, 1) if return_step_gains and history else
                      (feats.new_zeros(B, 0, N) if return_step_gains else None))
+
+
+def _fused_gains(obj: SCMM) -> Callable[..., Tensor]:
+    """``sum_e alpha_e phi(c_e + H_ve)`` for every candidate, compiled into one pass."""
+    key = (obj.concave, tuple(sorted(obj.params.items())))
+    fn = _FUSED.get(key)
+    if fn is None:
+        phi, _ = CONCAVE_FUNCTIONS[obj.concave]
+        params = dict(obj.params)
+
+        def grown(features: Tensor, coverage: Tensor, alpha: Tensor | None) -> Tensor:
+            g = phi(features + coverage.unsqueeze(1), False, **params)
+            return g.sum(-1) if alpha is None else (g * alpha).sum(-1)
+
+        fn = torch.compile(grown, dynamic=True)
+        _FUSED[key] = fn
+    return fn
+
+
+def _run_fused(fused: Callable[..., Tensor], feats: Tensor, state: Tensor, alpha: Tensor | None) -> Tensor:
+    try:
+        return fused(feats, state, alpha)
+    except Exception as exc:  # torch.compile's backend failed (e.g. no C++ compiler)
+        if type(exc).__module__.startswith("torch._"):
+            detail = " ".join(str(exc).split())[:300]
+            raise RuntimeError(f"compile=True: torch.compile could not build the gain kernel: {detail}") from exc
+        raise
 
 
 def _lazy(
