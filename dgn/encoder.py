@@ -6,6 +6,7 @@ The DGN paper's encoder is two linear layers with ReLUs (Powers et al., 2018, se
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 
 __all__ = ["Encoder", "DeepEncoder"]
@@ -29,8 +30,16 @@ def _check_sizes(in_features: int, hidden_features: int, out_features: int, drop
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
+
+
+def _check_input(x: Tensor, in_features: int) -> None:
+    if not isinstance(x, Tensor) or not torch.is_floating_point(x):
+        got = f"{x.dtype} tensor" if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"encoder input must be a floating-point tensor, got {got}")
+    if x.dim() == 0 or x.shape[-1] != in_features:
+        raise ValueError(f"encoder input must have shape (*, {in_features}), got {tuple(x.shape)}")
 
 
 class Encoder(nn.Module):
@@ -63,6 +72,7 @@ class Encoder(nn.Module):
         self.net = _relu_mlp([in_features, hidden_features, out_features], dropout)
 
     def forward(self, x: Tensor) -> Tensor:
+        _check_input(x, self.in_features)
         return self.net(x)  # type: ignore[no-any-return]
 
 
@@ -90,4 +100,5 @@ class DeepEncoder(nn.Module):
         self.net = _relu_mlp([in_features, hidden_features, hidden_features, out_features], dropout)
 
     def forward(self, x: Tensor) -> Tensor:
+        _check_input(x, self.in_features)
         return self.net(x)  # type: ignore[no-any-return]

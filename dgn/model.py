@@ -84,7 +84,7 @@ class DGNConfig:
             raise ValueError(f"DGNConfig.steps must be a positive integer, got {self.steps!r}")
         if not isinstance(self.tau, (int, float)) or not math.isfinite(self.tau) or self.tau <= 0:
             raise ValueError(f"DGNConfig.tau must be a finite number > 0, got {self.tau!r}")
-        if self.concave not in CONCAVE_FUNCTIONS:
+        if not isinstance(self.concave, str) or self.concave not in CONCAVE_FUNCTIONS:
             raise ValueError(
                 f"DGNConfig.concave must be one of {sorted(CONCAVE_FUNCTIONS)}, got {self.concave!r}"
             )
@@ -96,6 +96,8 @@ class DGNConfig:
             raise ValueError(f"DGNConfig.init_weight must be a positive number, got {self.init_weight!r}")
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"DGNConfig.dropout must be in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.concave_params, dict):
+            raise ValueError(f"DGNConfig.concave_params must be a dict, got {self.concave_params!r}")
         SCMM(self.concave, **self.concave_params)  # validates the parameters
 
     def to_dict(self) -> dict[str, Any]:
@@ -249,8 +251,12 @@ class DGN(nn.Module):
         sel = greedy_select(H, K, self.objective, valid, modular=beta, return_step_gains=True)
         assert sel.step_gains is not None, "naive greedy returns step gains when asked"
         logits = sel.step_gains / tau  # (B, K, N), -inf where unavailable
-        finite_row = torch.isfinite(logits).any(-1, keepdim=True)
-        dists = torch.softmax(torch.where(finite_row, logits, torch.zeros_like(logits)), -1)
+        finite_row = torch.isfinite(sel.step_gains).any(-1, keepdim=True)
+        # softmax of (g - max g) / tau: the same distribution, and no overflow at tiny tau
+        top = sel.step_gains.amax(-1, keepdim=True)
+        shifted = sel.step_gains - torch.where(finite_row, top, torch.zeros_like(top))
+        shifted = torch.where(shifted == 0, shifted, shifted / tau)
+        dists = torch.softmax(torch.where(finite_row, shifted, torch.zeros_like(shifted)), -1)
         dists = dists * finite_row.to(dists.dtype)
         return DGNOutput(logits, dists, sel.indices, sel.gains, sel.valid, H)
 
