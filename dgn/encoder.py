@@ -31,7 +31,7 @@ def _check_sizes(in_features: int, hidden_features: int, out_features: int, drop
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
+        raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
 
 
 def _check_input(x: Tensor, in_features: int) -> None:
