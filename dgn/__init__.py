@@ -4,22 +4,52 @@ Submodular objectives (sum of concave over modular, facility location), exact ha
 greedy, and the Differentiable Greedy Network (Powers et al., 2018): greedy unfolded into
 K layers with a relaxed argmax for training and the exact argmax at test time.
 
-``import dgn`` stays light: data adapters, features and the command line import their
-heavier dependencies only when used.
+``import dgn`` stays light: the names below that need torch (the model, greedy, losses,
+objectives, encoders) are imported on first use, and data adapters, features and the
+command line import their heavier dependencies only when used. So ``dgn data ...`` and
+``dgn evaluate`` start without loading torch.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from dgn._version import __version__
-from dgn.encoder import DeepEncoder, Encoder
 from dgn.errors import DataError, DgnUserError
-from dgn.greedy import Selection, SoftSelection, greedy_select, soft_greedy_select
-from dgn.losses import (
-    LayerwiseCrossEntropy,
-    SoftLabelCrossEntropy,
-    layerwise_cross_entropy,
-    soft_label_cross_entropy,
-)
-from dgn.model import DGN, DGNConfig, DGNOutput
-from dgn.objectives import SCMM, FacilityLocation, Objective, concave
+
+if TYPE_CHECKING:
+    from dgn.encoder import DeepEncoder, Encoder
+    from dgn.greedy import Selection, SoftSelection, greedy_select, soft_greedy_select
+    from dgn.losses import (
+        LayerwiseCrossEntropy,
+        SoftLabelCrossEntropy,
+        layerwise_cross_entropy,
+        soft_label_cross_entropy,
+    )
+    from dgn.model import DGN, DGNConfig, DGNOutput
+    from dgn.objectives import SCMM, FacilityLocation, Objective, concave
+
+#: Public name -> the module that defines it (imported on first access).
+_LAZY = {
+    "DeepEncoder": "dgn.encoder",
+    "Encoder": "dgn.encoder",
+    "Selection": "dgn.greedy",
+    "SoftSelection": "dgn.greedy",
+    "greedy_select": "dgn.greedy",
+    "soft_greedy_select": "dgn.greedy",
+    "LayerwiseCrossEntropy": "dgn.losses",
+    "SoftLabelCrossEntropy": "dgn.losses",
+    "layerwise_cross_entropy": "dgn.losses",
+    "soft_label_cross_entropy": "dgn.losses",
+    "DGN": "dgn.model",
+    "DGNConfig": "dgn.model",
+    "DGNOutput": "dgn.model",
+    "SCMM": "dgn.objectives",
+    "FacilityLocation": "dgn.objectives",
+    "Objective": "dgn.objectives",
+    "concave": "dgn.objectives",
+}
 
 __all__ = [
     "__version__",
@@ -43,3 +73,16 @@ __all__ = [
     "DgnUserError",
     "DataError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dgn' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later accesses skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,21 +1,38 @@
 """The ``dgn`` command line: data, training, prediction, evaluation, explanation, benchmark.
 
 Every user mistake (a missing file, a malformed line, a bad option) ends in one line on
-stderr and exit code 2; an internal error in a short message and exit code 1. Handlers
+stderr and exit code 2; an internal error in a short message and exit code 1. With
+``DGN_TRACEBACK=1`` in the environment both also print the Python traceback first (for
+bug reports). Warnings are printed as one line each, and progress bars are shown only
+when stderr is a terminal, so a failing command's stderr is its one error line. Handlers
 only parse options and call library code.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import sys
+import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from dgn._version import __version__
 from dgn.errors import DgnUserError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "TRACEBACK_ENV"]
+
+#: Set to 1 to print the full traceback of an error as well (for a bug report).
+TRACEBACK_ENV = "DGN_TRACEBACK"
+
+_EPILOG = (
+    "A user mistake (a missing or malformed file, a bad option) prints one line naming the "
+    "file, line and field or the option, and exits with 2; an internal error prints a short "
+    "message and exits with 1. Set DGN_TRACEBACK=1 to also print the Python traceback (for "
+    "a bug report). Progress bars are shown only when stderr is a terminal."
+)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -79,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     """The full argument parser (subcommands register themselves from dgn.commands)."""
     from dgn.commands import register_all
 
-    parser = _Parser(prog="dgn", description="Differentiable greedy subset selection.")
+    parser = _Parser(
+        prog="dgn", description="Differentiable greedy subset selection.", epilog=_EPILOG
+    )
     parser.add_argument("--version", action="version", version=f"dgn {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -92,21 +111,62 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Handler = args.handler
+    name = _command_name(args)
+    if getattr(args, "quiet", None) is False and not _is_terminal(sys.stderr):
+        args.quiet = True  # progress bars only on a terminal: piped stderr stays clean
+    with warnings.catch_warnings():
+        warnings.showwarning = functools.partial(_show_warning, name)
+        try:
+            return handler(args)
+        except DgnUserError as exc:
+            _traceback_if_asked()
+            print(f"{name}: error: {_one_line(str(exc))}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(f"{name}: interrupted", file=sys.stderr)
+            return 130
+        except Exception as exc:  # noqa: BLE001 - the last line of defence
+            _traceback_if_asked()
+            print(
+                f"{name}: internal error: {type(exc).__name__}: {_one_line(str(exc))} "
+                "(please report this with the command you ran)",
+                file=sys.stderr,
+            )
+            return 1
+
+
+def _command_name(args: argparse.Namespace) -> str:
+    """``dgn train``, ``dgn data convert``: how error lines name the command."""
+    parts = ["dgn", args.command]
+    action = getattr(args, "data_command", None)
+    if action:
+        parts.append(action)
+    return " ".join(parts)
+
+
+def _is_terminal(stream: Any) -> bool:
     try:
-        return handler(args)
-    except DgnUserError as exc:
-        print(f"dgn {args.command}: error: {_one_line(str(exc))}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"dgn {args.command}: interrupted", file=sys.stderr)
-        return 130
-    except Exception as exc:  # noqa: BLE001 - the last line of defence
-        print(
-            f"dgn {args.command}: internal error: {type(exc).__name__}: {_one_line(str(exc))} "
-            "(please report this with the command you ran)",
-            file=sys.stderr,
-        )
-        return 1
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def _traceback_if_asked() -> None:
+    if os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0"):
+        traceback.print_exc(file=sys.stderr)
+
+
+def _show_warning(
+    command: str,
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """One line per warning, like the error lines (the default form takes two)."""
+    print(f"{command}: warning: {_one_line(str(message))}", file=sys.stderr)
 
 
 def _one_line(text: str) -> str:

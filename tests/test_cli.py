@@ -2,8 +2,8 @@
 
 One module-scoped workspace holds a 50-word, 8-d ``.vec`` file, small selection JSONL
 files and a DGN trained on them for 2 epochs. Each subprocess pays torch's import (~3 s of
-CPU), so the independent commands run concurrently and most error cases run in-process
-through ``dgn.cli.main`` (a few of them also as subprocesses).
+CPU), so the independent commands run concurrently. The error cases of every command are
+in ``tests/test_cli_errors.py``.
 """
 
 from __future__ import annotations
@@ -134,8 +134,6 @@ def runs(ws: dict[str, Path]) -> dict[str, subprocess.CompletedProcess[str]]:
     if FM2_DEV.is_file():
         first["convert"] = ["data", "convert", "--format", "fm2", "--input", FM2_DEV,
                             "--output", ws["converted"], "--seed", 1]
-    cases = _error_cases(ws)
-    first.update({f"error:{name}": cases[name][0] for name in SUBPROCESS_ERROR_CASES})
     done = run_many(first, ws["cache"])
     assert done["predict"].returncode == 0, done["predict"].stderr
     done["evaluate_json"] = run_dgn(
@@ -291,148 +289,4 @@ def test_explain_matches_predict(ws: dict[str, Path], runs: dict[str, subprocess
             assert all(r.gain <= s.pick.gain + 1e-6 for r in s.runners_up)
 
 
-# ----------------------------------------------------------------- user errors: exit 2
-
-
-def _error_cases(ws: dict[str, Path]) -> dict[str, tuple[list[Any], list[str]]]:
-    """name -> (arguments, substrings the single stderr line must contain)."""
-    root = ws["root"] / "errors"
-    root.mkdir(exist_ok=True)
-    good = _problems(3, seed=9, prefix="e")
-    bad_json = _write_jsonl(root / "bad_json.jsonl", [good[0], "{not json\n"])
-    no_field = dict(good[1])
-    del no_field["candidates"]
-    missing_field = _write_jsonl(root / "missing_field.jsonl", [good[0], good[2], no_field])
-    out_of_range = dict(good[1], gold=[[0, 99]])
-    gold_range = _write_jsonl(root / "gold_range.jsonl", [out_of_range])
-    empty = _write_jsonl(root / "empty_cands.jsonl", [dict(good[0], candidates=[], gold=[])])
-    data = _write_jsonl(root / "data.jsonl", good)
-    preds_range = _write_jsonl(
-        root / "preds_range.jsonl",
-        [{"id": "e0", "ranking": [0]}, {"id": "e1", "ranking": [1, 50]}],
-    )
-    preds_unknown = _write_jsonl(
-        root / "preds_unknown.jsonl", [{"id": "e0", "ranking": [0]}, {"id": "zzz", "ranking": [0]}]
-    )
-    model, vec8, out = ws["model"], ws["vec8"], root / "out"
-    return {
-        "malformed_json": (
-            ["evaluate", "--predictions", preds_range, "--data", bad_json],
-            ["bad_json.jsonl:2", "malformed JSON"],
-        ),
-        "malformed_json_train": (
-            ["train", "--train", bad_json, "--vectors", vec8, "--output", out, "--quiet"],
-            ["bad_json.jsonl:2", "malformed JSON"],
-        ),
-        "missing_field": (
-            ["evaluate", "--predictions", preds_range, "--data", missing_field],
-            ["missing_field.jsonl:3", "'candidates'", "missing"],
-        ),
-        "gold_out_of_range": (
-            ["train", "--train", gold_range, "--vectors", vec8, "--output", out, "--quiet"],
-            ["gold_range.jsonl:1", "'gold'", "99", "out of range"],
-        ),
-        "empty_candidates": (
-            ["predict", "--model", model, "--data", empty, "--output", out / "p.jsonl", "--quiet"],
-            ["empty_cands.jsonl:1", "'candidates'", "empty"],
-        ),
-        "vectors_wrong_dim": (
-            ["predict", "--model", model, "--data", data, "--vectors", ws["vec6"],
-             "--output", root / "p.jsonl", "--quiet"],
-            ["vectors6.vec", "dimension 6", "8"],
-        ),
-        "missing_file": (
-            ["evaluate", "--predictions", root / "nope.jsonl", "--data", data],
-            ["nope.jsonl", "cannot read file"],
-        ),
-        "missing_model": (
-            ["predict", "--model", root / "no-model", "--data", data, "--output", root / "p.jsonl"],
-            ["no-model", "model directory not found"],
-        ),
-        "unknown_dataset_download": (
-            ["data", "download", "nosuchset", "--data-dir", root],
-            ["unknown dataset", "nosuchset"],
-        ),
-        "unknown_dataset_benchmark": (
-            ["benchmark", "--dataset", "nosuchset", "--vectors", vec8, "--output", out],
-            ["nosuchset"],
-        ),
-        "unknown_format": (
-            ["data", "convert", "--format", "nosuchformat", "--input", data, "--output", out],
-            ["nosuchformat", "fm2"],
-        ),
-        "k_zero": (
-            ["predict", "--model", model, "--data", data, "--k", "0", "--output", root / "p.jsonl"],
-            ["--k", "0"],
-        ),
-        "evaluate_k_zero": (
-            ["evaluate", "--predictions", preds_range, "--data", data, "--k", "1,0"],
-            ["--k", "1,0"],
-        ),
-        "tau_zero": (
-            ["train", "--train", data, "--vectors", vec8, "--output", out, "--tau", "0"],
-            ["--tau", "0"],
-        ),
-        "bad_concave": (
-            ["train", "--train", data, "--vectors", vec8, "--output", out, "--concave", "cube"],
-            ["--concave", "cube"],
-        ),
-        "ranking_out_of_range": (
-            ["evaluate", "--predictions", preds_range, "--data", data],
-            ["preds_range.jsonl:2", "'ranking'", "50"],
-        ),
-        "prediction_id_not_in_data": (
-            ["evaluate", "--predictions", preds_unknown, "--data", data],
-            ["preds_unknown.jsonl:2", "zzz"],
-        ),
-        "explain_unknown_id": (
-            ["explain", "--model", model, "--data", data, "--id", "no-such-id"],
-            ["data.jsonl", "no-such-id"],
-        ),
-    }
-
-
-ERROR_CASES = [
-    "malformed_json", "malformed_json_train", "missing_field", "gold_out_of_range",
-    "empty_candidates", "vectors_wrong_dim", "missing_file", "missing_model",
-    "unknown_dataset_download", "unknown_dataset_benchmark", "unknown_format", "k_zero",
-    "evaluate_k_zero", "tau_zero", "bad_concave", "ranking_out_of_range",
-    "prediction_id_not_in_data", "explain_unknown_id",
-]
-
-
-#: Also run as real subprocesses (the rest run in-process through dgn.cli.main).
-SUBPROCESS_ERROR_CASES = ["malformed_json", "k_zero", "vectors_wrong_dim"]
-
-
-def _check_one_line(code: int, stderr: str, expected: list[str]) -> None:
-    assert code == 2, (code, stderr)
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    assert "Traceback" not in stderr
-    for text in expected:
-        assert text in lines[0], (text, lines[0])
-
-
-@pytest.mark.parametrize("case", ERROR_CASES)
-def test_user_error_is_one_line_exit_2(
-    case: str,
-    ws: dict[str, Path],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    args, expected = _error_cases(ws)[case]
-    code, _, err = cli(args, capsys, monkeypatch, ws["cache"])
-    _check_one_line(code, err, expected)
-
-
-@pytest.mark.parametrize("case", SUBPROCESS_ERROR_CASES)
-def test_user_error_subprocess(
-    case: str, ws: dict[str, Path], runs: dict[str, subprocess.CompletedProcess[str]]
-) -> None:
-    proc = runs[f"error:{case}"]
-    _check_one_line(proc.returncode, proc.stderr, _error_cases(ws)[case][1])
-
-
-def test_error_cases_listed(ws: dict[str, Path]) -> None:
-    assert sorted(ERROR_CASES) == sorted(_error_cases(ws))
+# User and internal errors of every command: tests/test_cli_errors.py.

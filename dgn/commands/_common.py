@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dgn.errors import DgnUserError
+from dgn.errors import DataError, DgnUserError
 
 if TYPE_CHECKING:
     from dgn.model import DGN
@@ -40,10 +41,73 @@ def build_config(factory: Callable[..., T], overrides: Mapping[str, Any], option
         raise DgnUserError(f"bad option value: {message}") from None
 
 
+#: Featurizer kinds a checkpoint may record (``extra.featurizer.kind``).
+FEATURIZER_KINDS = ("word_vectors_product",)
+
+
+def require_file(path: str | os.PathLike[str], option: str) -> None:
+    """An existing regular file, else a user error naming the option and the path."""
+    p = Path(path)
+    if not p.exists():
+        raise DgnUserError(f"{option} {path}: file not found")
+    if not p.is_file():
+        raise DgnUserError(f"{option} {path}: not a file" + (" (a directory)" if p.is_dir() else ""))
+
+
+def require_dir(path: str | os.PathLike[str], option: str, what: str = "directory") -> None:
+    """An existing directory, else a user error naming the option and the path."""
+    p = Path(path)
+    if not p.exists():
+        raise DgnUserError(f"{option} {path}: {what} not found")
+    if not p.is_dir():
+        raise DgnUserError(f"{option} {path}: not a directory")
+
+
+def require_output_file(path: str | os.PathLike[str], option: str) -> None:
+    """A file name that can be written: not a directory, in a directory that exists.
+
+    Checked before any slow step, so a typo in the output path fails at once.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise DgnUserError(f"{option} {path}: is a directory; expected a file name")
+    if not p.parent.is_dir():
+        raise DgnUserError(f"{option} {path}: directory {p.parent} does not exist")
+
+
+def require_output_dir(path: str | os.PathLike[str] | None, option: str) -> None:
+    """A directory that exists or can be created (``None``: nothing to check)."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise DgnUserError(f"{option} {path}: not a directory")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise DgnUserError(f"{option} {path}: {parent} is not a directory")
+            break
+
+
+def validate_problems(path: str | os.PathLike[str], option: str) -> None:
+    """Read every problem of a selection JSONL file once, so a bad line fails early.
+
+    Raises:
+        DgnUserError: The file is missing or not a file (naming ``option``).
+        DataError: A bad line (file, line and field named).
+    """
+    from dgn.data import read_problems
+
+    require_file(path, option)
+    for _ in read_problems(path):
+        pass
+
+
 def load_model(directory: str) -> DGN:
     """A saved DGN, in eval mode."""
     from dgn.model import DGN
 
+    require_dir(directory, "--model", "model directory")
     return DGN.from_pretrained(directory)
 
 
@@ -64,16 +128,41 @@ def load_featurizer(
             f"{model_dir}: the checkpoint records no featurizer (field 'extra.featurizer'); "
             "was it written by `dgn train`?"
         )
-    if vectors is None and isinstance(settings, dict):
+    if not isinstance(settings, dict):
+        raise DgnUserError(
+            f"{model_dir}: field 'extra.featurizer': expected an object, got {type(settings).__name__}"
+        )
+    kind = settings.get("kind")
+    if kind not in FEATURIZER_KINDS:
+        raise DgnUserError(
+            f"{model_dir}: field 'extra.featurizer.kind': unknown featurizer {kind!r}; "
+            f"this dgn knows {', '.join(FEATURIZER_KINDS)}"
+        )
+    if vectors is not None:
+        require_file(vectors, "--vectors")
+    else:
         # A model directory moved together with the vectors `dgn train` trained into it.
-        from pathlib import Path
-
         recorded, local = settings.get("vectors"), Path(model_dir) / "vectors.bin"
         if recorded and not Path(recorded).exists() and local.is_file():
             vectors = str(local)
-    featurizer = Featurizer.from_settings(
-        settings, vectors_path=vectors, cache_dir=cache_dir, progress=progress
-    )
+        elif not recorded or not isinstance(recorded, str):
+            raise DgnUserError(
+                f"{model_dir}: field 'extra.featurizer.vectors': no vectors file recorded; "
+                "pass --vectors PATH"
+            )
+        elif not Path(recorded).is_file():
+            raise DgnUserError(
+                f"{model_dir}: the vectors file {recorded} recorded in the checkpoint is "
+                "missing; pass --vectors PATH"
+            )
+    try:
+        featurizer = Featurizer.from_settings(
+            settings, vectors_path=vectors, cache_dir=cache_dir, progress=progress
+        )
+    except DataError:
+        raise  # names its file (the vectors) already
+    except DgnUserError as exc:  # a bad recorded setting (dim, mean, std)
+        raise DgnUserError(f"{model_dir}: field 'extra.featurizer': {exc}") from None
     if featurizer.dim != model.config.in_features:
         raise DgnUserError(
             f"vectors file {featurizer.vectors_path} has dimension {featurizer.dim}, "

@@ -34,17 +34,22 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
 
 def _benchmark(args: argparse.Namespace) -> int:
     from dataclasses import replace
-    from pathlib import Path
+
+    from dgn.commands._common import require_file, require_output_dir
+    from dgn.errors import DgnUserError
+
+    # Checks that need neither torch nor the data, first.
+    require_file(args.vectors, "--vectors")
+    require_output_dir(args.output, "--output")
+    require_output_dir(args.cache_dir, "--cache-dir")
 
     from dgn.benchmark import DATASET_SPLITS, BenchmarkSettings, format_results, run_benchmark
-    from dgn.errors import DgnUserError
 
     if args.dataset not in DATASET_SPLITS:
         raise DgnUserError(
-            f"unknown benchmark dataset {args.dataset!r}; choose from {', '.join(sorted(DATASET_SPLITS))}"
+            f"--dataset {args.dataset}: unknown benchmark dataset; choose from "
+            f"{', '.join(sorted(DATASET_SPLITS))}"
         )
-    if not Path(args.vectors).is_file():
-        raise DgnUserError(f"--vectors {args.vectors}: file not found")
     overrides = {k: v for k, v in (("seed", args.seed), ("epochs", args.epochs)) if v is not None}
     settings = replace(BenchmarkSettings(), **overrides)
     results = run_benchmark(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import urllib.parse
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from dgn.commands import add_common_data_dir
@@ -74,8 +76,29 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from dgn.data import convert
+    from dgn.commands._common import require_file, require_output_file
+    from dgn.data import ADAPTERS, convert
+    from dgn.data.registry import FEVER_URL
+    from dgn.errors import DgnUserError
 
+    if args.format not in ADAPTERS:
+        raise DgnUserError(
+            f"--format {args.format}: unknown data format; known formats: {', '.join(sorted(ADAPTERS))}"
+        )
+    if args.format == "fever" and args.wiki is None:
+        raise DgnUserError(
+            "--format fever needs --wiki: the wiki-pages directory of the FEVER Wikipedia "
+            f"dump or a wiki.sqlite built from it (get the dump from {FEVER_URL})"
+        )
+    if args.wiki is not None:
+        if args.format != "fever":
+            raise DgnUserError(f"--wiki is only used with --format fever, not {args.format!r}")
+        if not Path(args.wiki).exists():
+            raise DgnUserError(
+                f"--wiki {args.wiki}: not found (expected the wiki-pages directory or a built wiki.sqlite)"
+            )
+    require_file(args.input, "--input")
+    require_output_file(args.output, "--output")
     kwargs: dict[str, Any] = {}
     if args.seed is not None:
         kwargs["seed"] = args.seed
@@ -86,8 +109,6 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _placement_hint(name: str, root: os.PathLike[str] | str, splits: list[str] | None) -> str:
     """Where each missing file of ``name`` must go, in one sentence."""
-    from pathlib import Path
-
     from dgn.data.registry import get_dataset
 
     spec = get_dataset(name)
@@ -103,6 +124,21 @@ def _placement_hint(name: str, root: os.PathLike[str] | str, splits: list[str] |
     return "; ".join(parts)
 
 
+def _check_data_dir(root: Path, given: str | None) -> None:
+    """The data directory may be missing (downloads create it) but not be a file."""
+    from dgn.data.registry import DATA_DIR_ENV
+    from dgn.errors import DgnUserError
+
+    if root.exists() and not root.is_dir():
+        if given:
+            where = f"--data-dir {given}"
+        elif os.environ.get(DATA_DIR_ENV):
+            where = f"${DATA_DIR_ENV} {root}"
+        else:
+            where = f"data directory {root}"
+        raise DgnUserError(f"{where}: not a directory")
+
+
 def _download(args: argparse.Namespace) -> int:
     from dgn.data import DATASETS, data_dir, download
     from dgn.data.registry import DATA_URL_ENV, get_dataset
@@ -110,11 +146,19 @@ def _download(args: argparse.Namespace) -> int:
 
     spec = get_dataset(args.name)
     root = data_dir(args.data_dir)
+    _check_data_dir(root, args.data_dir)
+    if args.base_url is not None and urllib.parse.urlsplit(args.base_url).scheme.lower() not in (
+        "http", "https", "file"
+    ):
+        raise DgnUserError(
+            f"--base-url {args.base_url}: not a URL; it must start with http://, https:// or file://"
+        )
     if args.splits is not None:
         unknown = [s for s in args.splits if s not in spec.files]
         if unknown:
             raise DgnUserError(
-                f"dataset {args.name!r} has no split {unknown[0]!r}; splits: {', '.join(spec.files)}"
+                f"--split {unknown[0]}: dataset {args.name!r} has no split {unknown[0]!r}; "
+                f"splits: {', '.join(spec.files)}"
             )
     downloadable = all(f.url is not None and f.sha256 is not None for f in spec.files.values())
     if not downloadable:
@@ -150,6 +194,7 @@ def _list(args: argparse.Namespace) -> int:
     from dgn.data.registry import sha256_file
 
     root = data_dir(args.data_dir)
+    _check_data_dir(root, args.data_dir)
     print(f"data directory: {root}")
     for name, spec in DATASETS.items():
         how = "downloadable" if all(f.url for f in spec.files.values()) else "not downloadable"

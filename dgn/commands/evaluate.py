@@ -122,8 +122,10 @@ def evaluate_files(
 def _evaluate(args: argparse.Namespace) -> int:
     import json
 
-    from dgn.commands._common import format_metrics
+    from dgn.commands._common import format_metrics, require_file
 
+    require_file(args.predictions, "--predictions")
+    require_file(args.data, "--data")
     ks = tuple(args.k) if args.k is not None else _DEFAULT_KS
     results = evaluate_files(args.predictions, args.data, ks, fever=args.fever)
     if args.json:

@@ -31,9 +31,11 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
 
 
 def _find_problem(path: str, problem_id: str) -> Any:
+    from dgn.commands._common import require_file
     from dgn.data import read_problems
     from dgn.errors import DgnUserError
 
+    require_file(path, "--data")
     for problem in read_problems(path):
         if problem.id == problem_id:
             return problem
@@ -43,9 +45,21 @@ def _find_problem(path: str, problem_id: str) -> Any:
 def _explain(args: argparse.Namespace) -> int:
     import json
 
-    from dgn.commands._common import load_featurizer, load_model
+    from dgn.commands._common import (
+        load_featurizer,
+        load_model,
+        require_dir,
+        require_file,
+        require_output_file,
+    )
     from dgn.explain import explain_problem, format_explanation, plot_explanation
 
+    # Everything that can be checked without torch, the model or the vectors, first.
+    require_dir(args.model, "--model", "model directory")
+    if args.png is not None:
+        require_output_file(args.png, "--png")
+    if args.vectors is not None:
+        require_file(args.vectors, "--vectors")
     problem = _find_problem(args.data, args.id)
     model = load_model(args.model)
     featurizer = load_featurizer(model, args.model, vectors=args.vectors, cache_dir=None, progress=False)

@@ -63,8 +63,25 @@ def predict_dataset(
 
 
 def _predict(args: argparse.Namespace) -> int:
-    from dgn.commands._common import load_featurizer, load_model
+    from dgn.commands._common import (
+        load_featurizer,
+        load_model,
+        require_dir,
+        require_file,
+        require_output_dir,
+        require_output_file,
+        validate_problems,
+    )
     from dgn.data import write_predictions
+
+    # Everything that can be checked without torch, the model or the vectors, first.
+    require_dir(args.model, "--model", "model directory")
+    require_output_file(args.output, "--output")
+    require_output_dir(args.cache_dir, "--cache-dir")
+    if args.vectors is not None:
+        require_file(args.vectors, "--vectors")
+    validate_problems(args.data, "--data")
+
     from dgn.pipeline import SelectionDataset
 
     model = load_model(args.model)

@@ -220,8 +220,9 @@ def atomic_write(
 
     Raises:
         ValueError: ``mode`` is not ``"w"``, ``"wt"`` or ``"wb"``.
-        DataError: ``"cannot write file: <reason>"`` when the temporary file cannot be
-            created (missing directory, no permission).
+        DataError: ``"cannot write file: <reason>"`` when the target is a directory or
+            the temporary file cannot be created or renamed (missing directory, no
+            permission).
 
     Example:
         >>> import tempfile, pathlib
@@ -234,6 +235,8 @@ def atomic_write(
     if mode not in _TEXT_MODES and mode not in _BINARY_MODES:
         raise ValueError(f"atomic_write mode must be 'w', 'wt' or 'wb', got {mode!r}")
     target = Path(path)
+    if target.is_dir():
+        raise DataError("cannot write file: it is a directory", path=str(target))
     try:
         fd, tmp = _create_temp(target)
     except OSError as exc:
@@ -254,7 +257,10 @@ def atomic_write(
             os.fsync(fh.fileno())
         with contextlib.suppress(OSError):
             os.chmod(tmp, os.stat(target).st_mode & 0o7777)
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError as exc:  # e.g. the target became a directory meanwhile
+            raise DataError(f"cannot write file: {_reason(exc)}", path=str(target)) from exc
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -45,6 +45,7 @@ __all__ = [
 DATA_DIR_ENV = "DGN_DATA_DIR"
 DATA_URL_ENV = "DGN_DATA_URL"
 _CHUNK = 1 << 16
+_SCHEMES = ("http", "https", "file")
 FEVER_URL = "https://fever.ai/dataset/fever.html"
 
 
@@ -269,6 +270,12 @@ def _base_url(base_url: str | None) -> str:
             f"no download location: pass --base-url URL (base_url=) or set ${DATA_URL_ENV} "
             f"to a server or file:// directory that holds <dataset>/<file> as in the registry"
         )
+    scheme = urllib.parse.urlsplit(base).scheme.lower()
+    if scheme not in _SCHEMES:
+        raise DgnUserError(
+            f"download location {base!r} is not a URL: it must start with "
+            f"{', '.join(s + '://' for s in _SCHEMES)} (base_url= or ${DATA_URL_ENV})"
+        )
     return base.rstrip("/") + "/"
 
 
@@ -303,8 +310,9 @@ def download(
 
     Raises:
         DgnUserError: Unknown dataset or split, a dataset dgn cannot download (FEVER),
-            no base URL, an HTTP or connection error, a truncated download or a
-            checksum mismatch (naming the file and both checksums).
+            no base URL or one that is not an ``http(s)://`` or ``file://`` URL, an
+            HTTP or connection error, a truncated download or a checksum mismatch
+            (naming the file and both checksums).
     """
     spec = get_dataset(name)
     chosen = list(spec.files) if splits is None else splits
@@ -382,6 +390,8 @@ def _fetch(
         ) from exc
     except urllib.error.URLError as exc:
         raise DgnUserError(f"cannot download {label} from {url}: {exc.reason}") from exc
-    except (OSError, http.client.HTTPException) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        if isinstance(exc, DgnUserError):
+            raise
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         raise DgnUserError(f"cannot download {label} from {url}: {reason}") from exc

@@ -415,7 +415,8 @@ class FeatureCache:
             The memory-mapped features.
 
         Raises:
-            DataError: ``data_path`` is missing or unreadable.
+            DataError: ``data_path`` is missing or unreadable, or the cache root cannot be
+                created (e.g. it is a file).
             DgnUserError: ``settings`` is not JSON-serialisable, or ``build_fn`` yields
                 something other than finite 2-D arrays of one width.
             Exception: Whatever ``build_fn`` raises; the partial build is deleted and no
@@ -425,7 +426,14 @@ class FeatureCache:
         cached = self._try_open(key, settings)
         if cached is not None:
             return cached
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            reason = e.strerror or str(e)
+            raise DataError(
+                f"cannot create the feature cache directory ($DGN_CACHE_DIR or --cache-dir): {reason}",
+                path=str(self.root),
+            ) from e
         with _locked(self.root / f".{key}.lock"):
             cached = self._try_open(key, settings)  # another process may have built it
             if cached is not None:
@@ -531,6 +539,10 @@ class FeatureCache:
                 f.write(_npy_header((num_rows, dim or 0)))
                 f.flush()
                 os.fsync(f.fileno())
+        except BaseException:
+            if bar is not None:
+                bar.leave = False  # clear it: the error message follows on its own line
+            raise
         finally:
             if bar is not None:
                 bar.close()

@@ -69,6 +69,23 @@ def test_atomic_write_errors(tmp_path: Path) -> None:
     assert info.value.path == str(tmp_path / "missing-dir" / "x.txt")
 
 
+def test_atomic_write_onto_a_directory_is_a_data_error(tmp_path: Path) -> None:
+    taken = tmp_path / "out.jsonl"
+    taken.mkdir()
+    with pytest.raises(DataError, match="cannot write file: it is a directory") as info:
+        with atomic_write(taken) as fh:
+            fh.write("never written")
+    assert info.value.path == str(taken)
+    # the target turns into a directory while the content is written: the rename fails
+    later = tmp_path / "later.jsonl"
+    with pytest.raises(DataError, match="cannot write file"):
+        with atomic_write(later) as fh:
+            fh.write("content")
+            later.mkdir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["later.jsonl", "out.jsonl"]  # no temp file
+    assert taken.is_dir() and later.is_dir()
+
+
 def test_open_text_plain_and_gzip(tmp_path: Path) -> None:
     plain = tmp_path / "a.txt"
     plain.write_text("ü line\n", encoding="utf-8")

@@ -163,6 +163,17 @@ def test_download_needs_a_base_url(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert list(tmp_path.iterdir()) == []
 
 
+def test_download_rejects_a_base_url_that_is_not_a_url(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(DgnUserError, match="'mirror/data' is not a URL: it must start with http://"):
+        download("fm2", tmp_path, "mirror/data", progress=False)
+    monkeypatch.setenv("DGN_DATA_URL", "ftp://example.org/data")
+    with pytest.raises(DgnUserError, match="'ftp://example.org/data' is not a URL.*DGN_DATA_URL"):
+        download("fm2", tmp_path, progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_download_corrupted_file_leaves_nothing(tmp_path: Path) -> None:
     mirror = tmp_path / "mirror"
     (mirror / "fm2").mkdir(parents=True)
