@@ -112,8 +112,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     name = _command_name(args)
-    if getattr(args, "quiet", None) is False and not _is_terminal(sys.stderr):
-        args.quiet = True  # progress bars only on a terminal: piped stderr stays clean
+    if not _is_terminal(sys.stderr):
+        # progress bars only on a terminal, so piped stderr stays clean; the progress lines
+        # on stdout (epochs, models) stay for logs
+        from dgn._progress import disable_bars
+
+        disable_bars()
     with warnings.catch_warnings():
         warnings.showwarning = functools.partial(_show_warning, name)
         try:

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from dgn._progress import bars
 from dgn.baselines import EncoderScorer
 from dgn.errors import DgnUserError
 from dgn.losses import layerwise_cross_entropy, soft_label_cross_entropy
@@ -244,7 +245,7 @@ def train_model(
             train.batches(config.batch_size, shuffle=True, generator=generator, truncate=True, only_with_gold=True),
             total=n_batches,
             desc=f"epoch {epoch}/{config.epochs}",
-            disable=not progress,
+            disable=not bars(progress),
             leave=False,
         )
         for batch in bar:

@@ -23,7 +23,7 @@ SECTIONS = [
                                   "claim_sentence_features", "cosine_scores", "TfidfScorer", "FeatureCache",
                                   "CachedFeatures"]),
     ("Pipeline and training", "dgn.pipeline", ["Featurizer", "SelectionDataset", "Batch"]),
-    ("", "dgn.train", ["TrainConfig", "TrainResult", "train_model", "rank", "evaluate_model"]),
+    ("", "dgn.train", ["TrainConfig", "TrainResult", "train_model", "load_training_state", "rank", "evaluate_model"]),
     ("Baselines", "dgn.baselines", ["EncoderScorer", "tfidf_rankings", "cosine_rankings", "scmm_rankings", "top_k"]),
     ("Benchmark", "dgn.benchmark", ["run_benchmark", "BenchmarkSettings", "format_results"]),
     ("Errors", "dgn.errors", ["DgnUserError", "DataError"]),

@@ -492,7 +492,7 @@ CASES: list[Case] = [
       "train --train {data} --vectors {vec8} --output {out}/model --cache-dir {a_file}",
       "plain-file.txt", "feature cache", files=("model/",), in_process=True),
     C("train_output_is_file", "train --train {data} --vectors {vec8} --output {a_file} --quiet",
-      "plain-file.txt", in_process=True),
+      "--output", "plain-file.txt: not a directory", in_process=True),
     C("train_tau_zero", "train --train {data} --vectors {vec8} --output {out}/model --tau 0", "--tau", "0"),
     C("train_tau_negative", "train --train {data} --vectors {vec8} --output {out}/model --tau -0.5",
       "--tau", "-0.5"),

@@ -57,7 +57,9 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
             "Train a Differentiable Greedy Network on selection JSONL. Features are the paper's "
             "q * s_v from word vectors; the checkpoint of the epoch with the best mean dev "
             "recall@{1,3,5,7} is written to --output with the featurizer settings, so "
-            "`dgn predict` featurizes exactly as training did. Options left out keep the "
+            "`dgn predict` featurizes exactly as training did. After every epoch the whole "
+            "training state is saved to OUTPUT/training_state.pt, so an interrupted run "
+            "continues with --resume OUTPUT. Options left out keep the "
             "defaults of dgn.model.DGNConfig and dgn.train.TrainConfig."
         ),
     )
@@ -158,6 +160,8 @@ def _train(args: argparse.Namespace) -> int:
             raise DgnUserError(f"{option} {path}: file not found")
 
     out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise DgnUserError(f"--output {out}: not a directory")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

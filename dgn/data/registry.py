@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from dgn._progress import bars
 from dgn.data.io import atomic_write
 from dgn.errors import DgnUserError
 
@@ -360,7 +361,7 @@ def _fetch(
                 unit="B",
                 unit_scale=True,
                 desc=label,
-                disable=not progress,
+                disable=not bars(progress),
                 leave=False,
             ) as bar:
                 while chunk := resp.read(_CHUNK):

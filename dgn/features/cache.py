@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from dgn._progress import bars
 from dgn.errors import DataError, DgnUserError
 
 __all__ = ["FORMAT_VERSION", "CachedFeatures", "FeatureCache", "file_sha256", "settings_json"]
@@ -481,7 +482,7 @@ class FeatureCache:
     ) -> None:
         """Stream ``items`` into ``tmp`` and write the ``complete`` marker last."""
         bar: Any = None
-        if progress:
+        if bars(progress):
             from tqdm import tqdm
 
             bar = tqdm(total=num_problems_hint, desc="features", unit="problem")
