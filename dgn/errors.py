@@ -24,8 +24,8 @@ class DataError(DgnUserError):
         field: The JSON field (or option) that is wrong, if known.
 
     Example:
-        >>> str(DataError("expected a list", path="dev.jsonl", line=3, field="candidates"))
-        'dev.jsonl:3: field \\'candidates\\': expected a list'
+        >>> print(DataError("expected a list", path="dev.jsonl", line=3, field="candidates"))
+        dev.jsonl:3: field 'candidates': expected a list
     """
 
     def __init__(
