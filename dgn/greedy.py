@@ -242,12 +242,9 @@ def _naive(
     for step in range(k):
         if fused is None:
             g = obj.gains(feats, state, modular=mod)  # (B, N)
+            g = g.masked_fill(~available, float("-inf"))
         else:
-            base = obj._reduce(obj.phi(state.clone(), inplace=True), alpha)  # type: ignore[operator]
-            g = _run_fused(fused, feats, state, alpha) - base.unsqueeze(1)
-            if mod is not None:
-                g = g + mod
-        g = g.masked_fill(~available, float("-inf"))
+            g = _run_fused(fused, feats, state, alpha, available, mod)
         if return_step_gains:
             history.append(g)
         best = g.argmax(dim=1)  # first maximal index on ties
@@ -267,25 +264,35 @@ def _naive(
 
 
 def _fused_gains(obj: SCMM) -> Callable[..., Tensor]:
-    """``sum_e alpha_e phi(c_e + H_ve)`` for every candidate, compiled into one pass."""
+    """The step's gains ``sum_e alpha_e (phi(c_e + H_ve) - phi(c_e)) + beta_v``, -inf where
+    unavailable, for every candidate, compiled into one pass over the features."""
     key = (obj.concave, tuple(sorted(obj.params.items())))
     fn = _FUSED.get(key)
     if fn is None:
         phi, _ = CONCAVE_FUNCTIONS[obj.concave]
         params = dict(obj.params)
 
-        def grown(features: Tensor, coverage: Tensor, alpha: Tensor | None) -> Tensor:
-            g = phi(features + coverage.unsqueeze(1), False, **params)
-            return g.sum(-1) if alpha is None else (g * alpha).sum(-1)
+        def step_gains(
+            features: Tensor, coverage: Tensor, alpha: Tensor | None, available: Tensor, modular: Tensor | None
+        ) -> Tensor:
+            grown = phi(features + coverage.unsqueeze(1), False, **params)
+            base = phi(coverage, False, **params)
+            if alpha is None:
+                g = grown.sum(-1) - base.sum(-1, keepdim=True)
+            else:
+                g = (grown * alpha).sum(-1) - (base * alpha).sum(-1, keepdim=True)
+            if modular is not None:
+                g = g + modular
+            return g.masked_fill(~available, float("-inf"))
 
-        fn = torch.compile(grown, dynamic=True)
+        fn = torch.compile(step_gains, dynamic=True)
         _FUSED[key] = fn
     return fn
 
 
-def _run_fused(fused: Callable[..., Tensor], feats: Tensor, state: Tensor, alpha: Tensor | None) -> Tensor:
+def _run_fused(fused: Callable[..., Tensor], *args: Any) -> Tensor:
     try:
-        return fused(feats, state, alpha)
+        return fused(*args)
     except Exception as exc:  # torch.compile's backend failed (e.g. no C++ compiler)
         if type(exc).__module__.startswith("torch._"):
             detail = " ".join(str(exc).split())[:300]
