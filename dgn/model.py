@@ -253,7 +253,10 @@ class DGN(nn.Module):
         logits = sel.step_gains / tau  # (B, K, N), -inf where unavailable
         finite_row = torch.isfinite(sel.step_gains).any(-1, keepdim=True)
         # softmax of (g - max g) / tau: the same distribution, and no overflow at tiny tau
-        top = sel.step_gains.amax(-1, keepdim=True)
+        if sel.step_gains.shape[-1] == 0:  # no candidates at all
+            top = sel.step_gains.new_zeros(*sel.step_gains.shape[:-1], 1)
+        else:
+            top = sel.step_gains.amax(-1, keepdim=True)
         shifted = sel.step_gains - torch.where(finite_row, top, torch.zeros_like(top))
         shifted = torch.where(shifted == 0, shifted, shifted / tau)
         dists = torch.softmax(torch.where(finite_row, shifted, torch.zeros_like(shifted)), -1)

@@ -221,3 +221,14 @@ def test_encoders_are_nonnegative_and_validate_sizes(cls):
         cls(6, 0, 5)
     with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got 1.5"):
         cls(6, 8, 5, dropout=1.5)
+
+
+def test_eval_distributions_at_tiny_tau_and_without_candidates():
+    model = DGN(DGNConfig(**{**SMALL, "tau": 1e-30})).eval()
+    out = model(torch.rand(2, 5, SMALL["in_features"]))
+    assert bool(torch.isfinite(out.distributions).all())
+    torch.testing.assert_close(out.distributions.sum(-1), torch.ones(2, SMALL["steps"]))
+    assert torch.equal(out.distributions.argmax(-1), out.indices)  # the softmax's mode is the pick
+    empty = model(torch.rand(2, 0, SMALL["in_features"]))
+    assert empty.distributions.shape == (2, SMALL["steps"], 0)
+    assert bool((empty.indices == -1).all()) and not bool(empty.valid.any())
