@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dgn._version import __version__
-from dgn.errors import DgnUserError
+from dgn.errors import DgnUserError, one_line
 
 __all__ = ["main", "build_parser", "TRACEBACK_ENV"]
 
@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return handler(args)
         except DgnUserError as exc:
             _traceback_if_asked()
-            print(f"{name}: error: {_one_line(str(exc))}", file=sys.stderr)
+            print(f"{name}: error: {one_line(exc)}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             print(f"{name}: interrupted", file=sys.stderr)
@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - the last line of defence
             _traceback_if_asked()
             print(
-                f"{name}: internal error: {type(exc).__name__}: {_one_line(str(exc))} "
+                f"{name}: internal error: {type(exc).__name__}: {one_line(exc)} "
                 "(please report this with the command you ran)",
                 file=sys.stderr,
             )
@@ -170,11 +170,9 @@ def _show_warning(
     line: str | None = None,
 ) -> None:
     """One line per warning, like the error lines (the default form takes two)."""
-    print(f"{command}: warning: {_one_line(str(message))}", file=sys.stderr)
+    print(f"{command}: warning: {one_line(message)}", file=sys.stderr)
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 if __name__ == "__main__":

@@ -7,7 +7,12 @@ file, line and field that were wrong, so the message can point at them.
 
 from __future__ import annotations
 
-__all__ = ["DgnUserError", "DataError"]
+__all__ = ["DgnUserError", "DataError", "one_line"]
+
+
+def one_line(text: object) -> str:
+    """``str(text)`` with every run of whitespace, newlines included, made one space."""
+    return " ".join(str(text).split())
 
 
 class DgnUserError(ValueError):

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from dgn._validation import as_features, as_mask, as_modular, check_k, check_tau
+from dgn.errors import one_line
 from dgn.objectives import CONCAVE_FUNCTIONS, SCMM, Objective, ObjectiveLike, make_objective
 
 __all__ = [
@@ -295,7 +296,7 @@ def _run_fused(fused: Callable[..., Tensor], *args: Any) -> Tensor:
         return fused(*args)
     except Exception as exc:  # torch.compile's backend failed (e.g. no C++ compiler)
         if type(exc).__module__.startswith("torch._"):
-            detail = " ".join(str(exc).split())[:300]
+            detail = one_line(exc)[:300]
             raise RuntimeError(f"compile=True: torch.compile could not build the gain kernel: {detail}") from exc
         raise
 

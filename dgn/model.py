@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from dgn._validation import as_features, as_mask
 from dgn._version import __version__
 from dgn.encoder import DeepEncoder, Encoder
-from dgn.errors import DgnUserError
+from dgn.errors import DgnUserError, one_line
 from dgn.greedy import RELAXATIONS, Selection, greedy_select, soft_greedy_select
 from dgn.objectives import CONCAVE_FUNCTIONS, SCMM
 
@@ -320,7 +320,6 @@ class DGN(nn.Module):
                 unknown fields, or weights that do not fit the config.
         """
         from safetensors import SafetensorError, safe_open
-        from safetensors.torch import load_file
 
         path = Path(directory)
         config_path = path / CONFIG_NAME
@@ -331,11 +330,12 @@ class DGN(nn.Module):
             if config_path.is_file():
                 raise DgnUserError(f"{weights_path}: model weights missing")
             raise DgnUserError(f"{config_path}: no model config found (is {path} a dgn checkpoint?)")
-        try:
-            with safe_open(str(weights_path), framework="pt") as handle:
+        try:  # one read of the weights file: the config stored in it, and the tensors
+            with safe_open(str(weights_path), framework="pt", device=str(map_location)) as handle:
                 stored = (handle.metadata() or {}).get(_META_KEY)
+                state = {name: handle.get_tensor(name) for name in handle.keys()}
         except (SafetensorError, OSError, ValueError) as exc:
-            raise DgnUserError(f"{weights_path}: cannot read weights: {_one_line(exc)}") from None
+            raise DgnUserError(f"{weights_path}: cannot read weights: {one_line(exc)}") from None
         file_meta = _read_config_json(config_path) if config_path.is_file() else None
         if stored is not None:
             try:
@@ -366,10 +366,6 @@ class DGN(nn.Module):
             raise DgnUserError(f"{source}: field 'extra': expected an object")
         model = cls(config)
         try:
-            state = load_file(str(weights_path), device=str(map_location))
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise DgnUserError(f"{weights_path}: cannot read weights: {_one_line(exc)}") from None
-        try:
             model.load_state_dict(state, strict=True)
         except RuntimeError as exc:
             first = str(exc).strip().splitlines()
@@ -380,12 +376,8 @@ class DGN(nn.Module):
         return model
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())
-
-
 def _read_config_json(config_path: Path) -> Any:
     try:
         return json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DgnUserError(f"{config_path}: cannot read config: {_one_line(exc)}") from None
+        raise DgnUserError(f"{config_path}: cannot read config: {one_line(exc)}") from None

@@ -21,7 +21,7 @@ from torch.nn import functional as F
 
 from dgn._progress import bars
 from dgn.baselines import EncoderScorer
-from dgn.errors import DgnUserError
+from dgn.errors import DgnUserError, one_line
 from dgn.losses import layerwise_cross_entropy, soft_label_cross_entropy
 from dgn.model import DGN
 from dgn.pipeline import Batch, SelectionDataset
@@ -361,8 +361,7 @@ def load_training_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         state = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means an unusable file
-        detail = " ".join(str(exc).split())[:200]
-        raise DgnUserError(f"{p}: cannot read the training state: {detail}") from None
+        raise DgnUserError(f"{p}: cannot read the training state: {one_line(exc)[:200]}") from None
     if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
         raise DgnUserError(f"{p}: field 'format': not a dgn training state")
     if state.get("format_version") != _STATE_VERSION:
