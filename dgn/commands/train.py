@@ -254,13 +254,10 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _sha256(path: str) -> str:
-    import hashlib
+    """The file's SHA-256, memoised with the feature cache's (which hashes it too)."""
+    from dgn.features.cache import file_sha256
 
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return file_sha256(path)
 
 
 def _resume_settings(
