@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import http.server
 import io
 import json
 import os
@@ -29,7 +28,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,6 +36,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+
+from tests.data.test_data_registry import QuietHandler, TruncatingHandler, serve
 
 REPO = Path(__file__).resolve().parents[1]
 FEVER_WIKI = REPO / "tests" / "data" / "fixtures" / "fever" / "wiki-pages"
@@ -159,33 +159,6 @@ def _checkpoint(src: Path, dst: Path, *, meta: Any = None, tensors: Any = None) 
     save_file(state, str(dst / "model.safetensors"), metadata=metadata)
     (dst / "config.json").write_text(json.dumps(config, indent=2))
     return dst
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-class _Truncating(http.server.BaseHTTPRequestHandler):
-    """Announces more bytes than it sends, then closes the connection."""
-
-    def do_GET(self) -> None:
-        body = b"\x1f\x8b" + b"partial" * 500
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body) + 10_000))
-        self.end_headers()
-        self.wfile.write(body)
-        self.wfile.flush()
-        self.close_connection = True
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-def _serve(handler: Any) -> tuple[http.server.ThreadingHTTPServer, str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
 
 def _closed_port_url() -> str:
@@ -331,19 +304,14 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     (mirror / "fm2" / "dev.jsonl.gz").write_bytes(gzip.compress(b"not the real file\n" * 500))
     empty_mirror = root / "empty-mirror"
     empty_mirror.mkdir()
-    servers = [
-        _serve(functools.partial(_Quiet, directory=str(mirror))),
-        _serve(_Truncating),
-        _serve(functools.partial(_Quiet, directory=str(empty_mirror))),
-    ]
-    urls = {"corrupt_url": servers[0][1], "trunc_url": servers[1][1], "empty_url": servers[2][1],
-            "dead_url": _closed_port_url()}
-    try:
+    with contextlib.ExitStack() as servers:
+        urls = {
+            "corrupt_url": servers.enter_context(serve(QuietHandler, mirror)),
+            "trunc_url": servers.enter_context(serve(TruncatingHandler)),
+            "empty_url": servers.enter_context(serve(QuietHandler, empty_mirror)),
+            "dead_url": _closed_port_url(),
+        }
         yield {**{k: str(v) for k, v in w.items()}, **urls}
-    finally:
-        for server, _ in servers:
-            server.shutdown()
-            server.server_close()
 
 
 # ------------------------------------------------------------------------ the cases
