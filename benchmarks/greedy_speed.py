@@ -17,9 +17,11 @@ Every measurement is the median of repeated runs; slow apricot optimizers in cas
 are repeated only while they fit a time budget (and stopped, and reported as such, past
 it). The machine may be shared: the load average is printed with the table.
 
-``OMP_WAIT_POLICY=PASSIVE`` is set (unless already set) before torch and numba load
-OpenMP: with the default spinning, torch's and numba's thread pools, or another job's,
-starve each other on a 2-core machine and a run can take many minutes.
+OpenMP's wait policy is left as the environment sets it (and printed). The default of
+torch's libgomp lets idle threads spin briefly before they sleep. ``OMP_WAIT_POLICY=PASSIVE``
+puts them to sleep at once: that costs dgn's compiled greedy about 2x on (b), whose steps
+are about 1 ms each and wake the threads several times a step, and apricot nothing
+measurable (docs/benchmarks.md has both runs).
 
 Usage:
     python benchmarks/greedy_speed.py [--repeats 5] [--threads 1 2] [--out table.md]
@@ -27,23 +29,20 @@ Usage:
 
 from __future__ import annotations
 
+import argparse
+import functools
 import os
+import signal
+import statistics
+import sys
+import time
+from collections.abc import Callable
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before numpy / torch / numba load
+import numpy as np
+import torch
 
-import argparse  # noqa: E402
-import functools  # noqa: E402
-import signal  # noqa: E402
-import statistics  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from dgn import greedy_select  # noqa: E402
-from dgn._validation import as_features  # noqa: E402
+from dgn import greedy_select
+from dgn._validation import as_features
 
 _T0 = time.perf_counter()
 
@@ -126,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = sorted(set(args.threads))
     rng = np.random.default_rng(0)
     log(f"torch {torch.__version__}, {os.cpu_count()} cores, load {_load()}, "
-        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}")
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
     t0 = time.perf_counter()
     import apricot
     import numba
@@ -258,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     header = [
         f"torch {torch.__version__} (threads as listed), numba {numba.__version__} "
         f"({numba.config.NUMBA_NUM_THREADS} threads), {os.cpu_count()} cores, "
-        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}; load average at the end "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}; load average at the end "
         f"{_load()}; medians of {args.repeats} runs unless noted",
         "",
         "| case | implementation | time | throughput | speed-up vs apricot (cached; (b): fastest) |",

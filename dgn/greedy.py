@@ -35,8 +35,8 @@ RELAXATIONS = ("soft", "straight_through")
 # chunk's (chunk, N) bookkeeping stays small; SCMM's gains block further inside
 # (``dgn.objectives._GAINS_BLOCK``). Both tuned with benchmarks/greedy_speed.py.
 _CHUNK_ELEMENTS = 1 << 20
-# torch.compile'd SCMM gain kernels (``compile=True``), one per concave function and params.
-_FUSED: dict[tuple[str, tuple[tuple[str, float], ...]], Callable[..., Tensor]] = {}
+# torch.compile'd SCMM greedy steps (``compile=True``), one per concave function and params.
+_FUSED: dict[tuple[str, tuple[tuple[str, float], ...]], Callable[..., tuple[Tensor, ...]]] = {}
 # Lazy greedy's smallest first block of stale candidates to re-evaluate in a step.
 _LAZY_FIRST_BLOCK = 16
 
@@ -175,7 +175,7 @@ def greedy_select(
         needs_grad = feats.requires_grad or any(p.requires_grad for p in obj.parameters())
         if needs_grad and torch.is_grad_enabled():
             raise ValueError("compile=True is for hard greedy without gradients (use torch.no_grad())")
-        fused = _fused_gains(obj)
+        fused = _fused_step(obj)
 
     with torch.no_grad() if not feats.requires_grad else torch.enable_grad():
         if method == "lazy":
@@ -244,38 +244,45 @@ def _naive(
         if fused is None:
             g = obj.gains(feats, state, modular=mod)  # (B, N)
             g = g.masked_fill(~available, float("-inf"))
-        else:
-            g = _run_fused(fused, feats, state, alpha, available, mod)
+            best = g.argmax(dim=1)  # first maximal index on ties
+            has = available.any(dim=1)
+            pick_gain = g[rows, best]
+        else:  # gains, pick and state update in one compiled call
+            g, best, has, pick_gain, next_state, next_available = _run_fused(
+                fused, feats, state, alpha, available, mod
+            )
         if return_step_gains:
             history.append(g)
-        best = g.argmax(dim=1)  # first maximal index on ties
-        has = available.any(dim=1)
         if not bool(has.any()):
             if return_step_gains:
                 history.extend([g] * (k - step - 1))
             break
-        pick_gain = g[rows, best]
         indices[:, step] = torch.where(has, best, torch.full_like(best, -1))
         gains[:, step] = torch.where(has, pick_gain, torch.zeros_like(pick_gain))
         ok[:, step] = has
-        state = obj._add_items(feats, state, best, has)
-        available[rows[has], best[has]] = False
+        if fused is None:
+            state = obj._add_items(feats, state, best, has)
+            available[rows[has], best[has]] = False
+        else:
+            state, available = next_state, next_available
     return Selection(indices, gains, ok, torch.stack(history, 1) if return_step_gains and history else
                      (feats.new_zeros(B, 0, N) if return_step_gains else None))
 
 
-def _fused_gains(obj: SCMM) -> Callable[..., Tensor]:
-    """The step's gains ``sum_e alpha_e (phi(c_e + H_ve) - phi(c_e)) + beta_v``, -inf where
-    unavailable, for every candidate, compiled into one pass over the features."""
+def _fused_step(obj: SCMM) -> Callable[..., tuple[Tensor, ...]]:
+    """One naive greedy step compiled into one call: the gains
+    ``sum_e alpha_e (phi(c_e + H_ve) - phi(c_e)) + beta_v`` of every candidate (-inf where
+    unavailable) in one pass over the features, the pick (first maximal index), its gain,
+    and the next coverage and availability."""
     key = (obj.concave, tuple(sorted(obj.params.items())))
     fn = _FUSED.get(key)
     if fn is None:
         phi, _ = CONCAVE_FUNCTIONS[obj.concave]
         params = dict(obj.params)
 
-        def step_gains(
+        def step(
             features: Tensor, coverage: Tensor, alpha: Tensor | None, available: Tensor, modular: Tensor | None
-        ) -> Tensor:
+        ) -> tuple[Tensor, ...]:
             grown = phi(features + coverage.unsqueeze(1), False, **params)
             base = phi(coverage, False, **params)
             if alpha is None:
@@ -284,14 +291,23 @@ def _fused_gains(obj: SCMM) -> Callable[..., Tensor]:
                 g = (grown * alpha).sum(-1) - (base * alpha).sum(-1, keepdim=True)
             if modular is not None:
                 g = g + modular
-            return g.masked_fill(~available, float("-inf"))
+            g = g.masked_fill(~available, float("-inf"))
+            best = g.argmax(dim=1)
+            has = available.any(dim=1)
+            pick = best.unsqueeze(1)
+            pick_gain = g.gather(1, pick).squeeze(1)
+            row = features.gather(1, pick.unsqueeze(2).expand(-1, 1, features.shape[2])).squeeze(1)
+            # With nothing available the argmax is 0, already unavailable: no change there.
+            next_coverage = coverage + row * has.unsqueeze(1).to(row.dtype)
+            next_available = available.scatter(1, pick, False)
+            return g, best, has, pick_gain, next_coverage, next_available
 
-        fn = torch.compile(step_gains, dynamic=True)
+        fn = torch.compile(step, dynamic=True)
         _FUSED[key] = fn
     return fn
 
 
-def _run_fused(fused: Callable[..., Tensor], *args: Any) -> Tensor:
+def _run_fused(fused: Callable[..., tuple[Tensor, ...]], *args: Any) -> tuple[Tensor, ...]:
     try:
         return fused(*args)
     except Exception as exc:  # torch.compile's backend failed (e.g. no C++ compiler)

@@ -349,6 +349,18 @@ def test_compiled_gains_equal_eager_greedy():
     # a second shape reuses the kernel (dynamic shapes) and stays equal; unbatched too
     H2 = torch.rand(23, 3, generator=gen, dtype=torch.float64)
     assert torch.equal(greedy_select(H2, 5, compile=True).indices, greedy_select(H2, 5).indices)
+    # exact ties (duplicated integer rows) go to the lowest index, and rows that run out
+    # of candidates mid-run get -1 while the others go on
+    H3 = torch.randint(0, 3, (4, 6, 2), generator=gen).double().repeat(1, 2, 1)  # rows v and v + 6 equal
+    mask3 = torch.ones(4, 12, dtype=torch.bool)
+    mask3[0, 3:] = False
+    mask3[2] = False
+    eager = greedy_select(H3, 14, mask=mask3)
+    fused = greedy_select(H3, 14, mask=mask3, compile=True)
+    assert torch.equal(fused.indices, eager.indices)
+    assert torch.equal(fused.valid, eager.valid)
+    assert torch.equal(fused.gains, eager.gains)
+    assert fused.indices[0, 3:].eq(-1).all() and fused.indices[2].eq(-1).all()
 
 
 @pytest.mark.parametrize(
