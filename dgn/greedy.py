@@ -134,12 +134,13 @@ def greedy_select(
             returns the same picks, faster when N is large.
         modular: Optional ``(B, N)`` per-item bonus added to each gain.
         return_step_gains: Also return the ``(B, K, N)`` gains of every step (naive only).
-        compile: Compute the SCMM gains of each step with a kernel built by
-            ``torch.compile`` that fuses ``phi(c + H)`` and the sum over features into
-            one pass (naive greedy, SCMM, no gradients). The first call of a process
-            compiles it (tens of seconds on CPU; it needs a C++ compiler), later calls
-            reuse it for any shape. Picks equal the uncompiled ones except where two
-            gains differ only by rounding (the sums are added in another order).
+        compile: Run each step as one call built by ``torch.compile``: the SCMM gains
+            in one fused pass over the features (``phi(c + H)`` and the sum over
+            features), the pick and the state update (naive greedy, SCMM, no
+            gradients). The first call of a process compiles it (seconds to tens of
+            seconds on CPU; it needs a C++ compiler); later calls reuse it for any
+            shape. Picks equal the uncompiled ones except where two gains differ only
+            by rounding (the sums are added in another order).
 
     Returns:
         A :class:`Selection`; unbatched input gives unbatched outputs ``(K,)``.
