@@ -35,8 +35,13 @@ RELAXATIONS = ("soft", "straight_through")
 # chunk's (chunk, N) bookkeeping stays small; SCMM's gains block further inside
 # (``dgn.objectives._GAINS_BLOCK``). Both tuned with benchmarks/greedy_speed.py.
 _CHUNK_ELEMENTS = 1 << 20
-# torch.compile'd SCMM greedy steps (``compile=True``), one per concave function and params.
-_FUSED: dict[tuple[str, tuple[tuple[str, float], ...]], Callable[..., tuple[Tensor, ...]]] = {}
+# torch.compile'd SCMM greedy kernels (``compile=True``): see _compiled.
+_FUSED: dict[tuple[str, str, tuple[tuple[str, float], ...]], Callable[..., tuple[Tensor, ...]]] = {}
+# compile=True on float64 screens each step in float32 for problems of at least this many
+# feature entries (N x E), and evaluates every candidate in float64 in a step whose short
+# list holds more than this share of them.
+_SCREEN_MIN_ENTRIES = 1 << 21
+_SCREEN_MAX_SHARE = 0.25
 # Lazy greedy's smallest first block of stale candidates to re-evaluate in a step.
 _LAZY_FIRST_BLOCK = 16
 
@@ -176,11 +181,14 @@ def greedy_select(
         needs_grad = feats.requires_grad or any(p.requires_grad for p in obj.parameters())
         if needs_grad and torch.is_grad_enabled():
             raise ValueError("compile=True is for hard greedy without gradients (use torch.no_grad())")
-        fused = _fused_step(obj)
+        fused = _compiled(obj, "step")
 
     with torch.no_grad() if not feats.requires_grad else torch.enable_grad():
         if method == "lazy":
             out = _lazy(feats, k, obj, valid, start, mod)
+        elif (fused is not None and feats.dtype == torch.float64 and not return_step_gains
+              and N * feats.shape[2] >= _SCREEN_MIN_ENTRIES):
+            out = _naive_screened(feats, k, obj, valid, start, mod)  # type: ignore[arg-type]
         elif fused is not None:  # no scratch buffer, so no chunks
             out = _naive(feats, k, obj, valid, start, mod, return_step_gains, fused)
         else:
@@ -270,29 +278,160 @@ def _naive(
                      (feats.new_zeros(B, 0, N) if return_step_gains else None))
 
 
-def _fused_step(obj: SCMM) -> Callable[..., tuple[Tensor, ...]]:
-    """One naive greedy step compiled into one call: the gains
-    ``sum_e alpha_e (phi(c_e + H_ve) - phi(c_e)) + beta_v`` of every candidate (-inf where
-    unavailable) in one pass over the features, the pick (first maximal index), its gain,
-    and the next coverage and availability."""
-    key = (obj.concave, tuple(sorted(obj.params.items())))
+def _naive_screened(
+    feats: Tensor,
+    k: int,
+    obj: SCMM,
+    valid: Tensor,
+    start: Tensor | None,
+    mod: Tensor | None,
+) -> Selection:
+    """Naive greedy on float64 features whose steps are screened in float32.
+
+    Each step computes every gain with the compiled float32 kernel (half the bytes and the
+    fast ``sqrt``), keeps the candidates within twice a rounding bound of the best float32
+    gain, and evaluates only those in float64 to pick. The bound covers every float32
+    rounding (of the features, coverage, weights, ``phi`` and the sums) and of the float64
+    gains, so the candidate that float64 naive greedy picks is always kept: the picks and
+    gains are float64 naive greedy's (up to how float64 rounds near-ties). A step whose
+    bound keeps more than ``_SCREEN_MAX_SHARE`` of the candidates, or whose values could
+    overflow float32, evaluates everything in float64.
+    """
+    B, N, E = feats.shape
+    rows = torch.arange(B, device=feats.device)
+    state = obj.init_state(feats, valid)
+    available = valid.clone()
+    if start is not None:
+        state = obj.update(feats, state, (start & valid).to(feats.dtype))
+        available &= ~start
+    indices = torch.full((B, k), -1, dtype=torch.long, device=feats.device)
+    gains = feats.new_zeros(B, k)
+    ok = torch.zeros(B, k, dtype=torch.bool, device=feats.device)
+    screen = _compiled(obj, "screen")
+    full = _compiled(obj, "step")
+    feats32 = feats.float()
+    alpha = obj.weights(feats)  # float64 (E,) or None
+    alpha32 = None if alpha is None else alpha.float()
+    alpha_max = 1.0 if alpha is None else float(alpha.max()) if E else 0.0
+    # (B, E) column maxima over all rows (a bound for the valid ones), from the float32
+    # copy (half the bytes), rounded up past float32's rounding.
+    xmax = feats32.amax(1).double() * (1 + 2.0**-22) if N else feats.new_zeros(B, E)
+    tiny = float(obj.phi(torch.tensor(2.0**-149, dtype=torch.float64)))
+    mod_slack = 0.0 if mod is None or not mod.numel() else 2.0**-50 * float(mod.abs().max())
+    absolute = torch.tensor(8 * E * alpha_max * tiny + mod_slack, dtype=torch.float64)
+    for step in range(k):
+        has = available.any(dim=1)
+        if not bool(has.any()):
+            break
+        short, counts, width = _run_fused(screen, feats32, state, xmax, alpha32, alpha, available, mod, absolute)
+        width = int(width)
+        if width > _SCREEN_MAX_SHARE * N:  # everything, in float64
+            _, best, has, pick_gain, _, _ = _run_fused(full, feats, state, alpha, available, mod)
+        else:
+            if B == 1:
+                idx = short[0].nonzero().view(1, -1)  # ascending
+            else:  # each row's short list, ascending, padded with index 0 (masked out below)
+                where = short.nonzero()
+                slot = (short.cumsum(1) - 1)[where[:, 0], where[:, 1]]
+                idx = torch.zeros(B, width, dtype=torch.long, device=feats.device)
+                idx[where[:, 0], slot] = where[:, 1]
+            g = obj.candidate_gains(feats, state, idx)
+            if mod is not None:
+                g = g + mod.gather(1, idx)
+            if B > 1:
+                filled = torch.arange(width, device=feats.device).unsqueeze(0) < counts.unsqueeze(1)
+                g = g.masked_fill(~filled, float("-inf"))
+            pos = g.argmax(dim=1, keepdim=True)  # first maximal = lowest index on ties
+            best = idx.gather(1, pos).squeeze(1)
+            pick_gain = g.gather(1, pos).squeeze(1)
+        indices[:, step] = torch.where(has, best, torch.full_like(best, -1))
+        gains[:, step] = torch.where(has, pick_gain, torch.zeros_like(pick_gain))
+        ok[:, step] = has
+        state = obj._add_items(feats, state, best, has)
+        available[rows[has], best[has]] = False
+    return Selection(indices, gains, ok)
+
+
+def _compiled(obj: SCMM, kind: Literal["step", "screen"]) -> Callable[..., tuple[Tensor, ...]]:
+    """The ``torch.compile``'d SCMM greedy kernels, one per kind, concave function and params.
+
+    ``"step"``: the gains ``sum_e alpha_e (phi(c_e + H_ve) - phi(c_e)) + beta_v`` of every
+    candidate (-inf where unavailable) in one pass over the features, then the pick
+    (first maximal index), its gain and the next coverage and availability: one naive
+    greedy step in one call. ``"screen"``: :func:`_naive_screened`'s float32 screen (the
+    gains in float32, the rounding bound, the short list, its sizes and the largest size,
+    or more than N where float32 could overflow).
+    """
+    key = (kind, obj.concave, tuple(sorted(obj.params.items())))
     fn = _FUSED.get(key)
     if fn is None:
         phi, _ = CONCAVE_FUNCTIONS[obj.concave]
         params = dict(obj.params)
 
-        def step(
-            features: Tensor, coverage: Tensor, alpha: Tensor | None, available: Tensor, modular: Tensor | None
-        ) -> tuple[Tensor, ...]:
-            grown = phi(features + coverage.unsqueeze(1), False, **params)
+        def gains(
+            features: Tensor,
+            coverage: Tensor,
+            alpha: Tensor | None,
+            available: Tensor,
+            modular: Tensor | None,
+            termwise: bool = False,
+        ) -> Tensor:
             base = phi(coverage, False, **params)
-            if alpha is None:
+            grown = phi(features + coverage.unsqueeze(1), False, **params)
+            if termwise:
+                # Sum each term's phi(c_e + H_ve) - phi(c_e) instead of subtracting the two
+                # sums: the rounding then scales with the gain, not with f(A + v). (About
+                # 1.5x slower in inductor's CPU code, so only the screen does it.)
+                grown = grown - base.unsqueeze(1)
+                g = grown.sum(-1) if alpha is None else (grown * alpha).sum(-1)
+            elif alpha is None:
                 g = grown.sum(-1) - base.sum(-1, keepdim=True)
             else:
                 g = (grown * alpha).sum(-1) - (base * alpha).sum(-1, keepdim=True)
             if modular is not None:
                 g = g + modular
-            g = g.masked_fill(~available, float("-inf"))
+            return g.masked_fill(~available, float("-inf"))
+
+        def screen(
+            features32: Tensor,
+            coverage: Tensor,
+            xmax: Tensor,
+            alpha32: Tensor | None,
+            alpha: Tensor | None,
+            available: Tensor,
+            modular: Tensor | None,
+            absolute: Tensor,
+        ) -> tuple[Tensor, ...]:
+            coverage32 = coverage.float()
+            g = gains(features32, coverage32, alpha32, available, None, termwise=True).double()
+            if modular is not None:
+                g = g + modular
+            grown = phi(coverage + xmax, False, **params)  # bounds phi(c + x) of every row
+            base = phi(coverage, False, **params)
+            both, rise = grown + base, grown - base
+            total = both.sum(-1) if alpha is None else (both * alpha).sum(-1)  # bounds phi(c+x) + phi(c)
+            most = rise.sum(-1) if alpha is None else (rise * alpha).sum(-1)  # bounds every gain
+            # The float32 gain's rounding against the exact gain, with a 2x margin: each
+            # term's phi(c + x) and phi(c) (features, coverage, weights rounded to float32,
+            # phi itself, the difference) within 8u of their sum, then the E-term sum
+            # within (E + 2)u of the largest gain. Then float64 naive greedy's own
+            # rounding, (E + 9) 2^-53 of f(A + v) + f(A); the absolute terms cover
+            # float32's subnormal range and the modular term.
+            E = features32.shape[2]
+            u = 2.0**-24
+            slack = 2 * (8 * u * total + (E + 2) * u * most) + (E + 9) * 2.0**-53 * total
+            slack = slack + absolute + 2.0**-149 * (grown.sum(-1) + total)
+            top = g.max(dim=1, keepdim=True).values
+            short = available & (g >= top - 2 * slack.unsqueeze(1))
+            counts = short.sum(1)
+            in_range = ((coverage + xmax).amax(1) < 1e37) & (total < 1e37)
+            width = torch.where(in_range.all(), counts.max(), features32.shape[1] + 1)
+            return short, counts, width
+
+        def step(
+            features: Tensor, coverage: Tensor, alpha: Tensor | None, available: Tensor, modular: Tensor | None
+        ) -> tuple[Tensor, ...]:
+            g = gains(features, coverage, alpha, available, modular)
             best = g.argmax(dim=1)
             has = available.any(dim=1)
             pick = best.unsqueeze(1)
@@ -303,7 +442,7 @@ def _fused_step(obj: SCMM) -> Callable[..., tuple[Tensor, ...]]:
             next_available = available.scatter(1, pick, False)
             return g, best, has, pick_gain, next_coverage, next_available
 
-        fn = torch.compile(step, dynamic=True)
+        fn = torch.compile(step if kind == "step" else screen, dynamic=True)
         _FUSED[key] = fn
     return fn
 

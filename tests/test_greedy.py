@@ -379,3 +379,109 @@ def test_compile_rejects_gradients():
     H = torch.rand(4, 3, requires_grad=True)
     with pytest.raises(ValueError, match="without gradients"):
         greedy_select(H, 2, compile=True)
+
+
+@pytest.fixture
+def screen_everything(monkeypatch):
+    """Screen float64 compile=True runs of any size (the default is problems of 2^21 entries
+    and up), so small problems exercise the screened path."""
+    import dgn.greedy
+
+    monkeypatch.setattr(dgn.greedy, "_SCREEN_MIN_ENTRIES", 1)
+    return dgn.greedy
+
+
+def _assert_same_selection(got, want):
+    assert torch.equal(got.indices, want.indices)
+    assert torch.equal(got.valid, want.valid)
+    torch.testing.assert_close(got.gains, want.gains, rtol=1e-12, atol=1e-12)
+
+
+def test_screened_float64_equals_naive(screen_everything, monkeypatch):
+    """float64 compile=True screens each step in float32 and evaluates a short list in
+    float64: the picks are eager float64 naive greedy's, over concave functions, weights,
+    masks, initial sets, modular terms and batches (padded short lists)."""
+    gen = torch.Generator().manual_seed(11)
+    widths: list[int] = []
+    original = SCMM.candidate_gains
+
+    def recording(self, features, state, index):
+        widths.append(index.shape[1])
+        return original(self, features, state, index)
+
+    monkeypatch.setattr(SCMM, "candidate_gains", recording)
+    B, N, E, k = 3, 300, 40, 25
+    for trial, concave in enumerate(["sqrt", "log1p", "exp", "pow", "saturate"]):
+        H = torch.rand(B, N, E, generator=gen, dtype=torch.float64) * (10.0 ** (trial - 2))
+        H[:, :, : E // 4] *= torch.rand(B, N, 1, generator=gen, dtype=torch.float64) < 0.1  # sparse columns
+        weights = torch.rand(E, generator=gen, dtype=torch.float64) if trial % 2 else None
+        params = {"p": 0.3} if concave == "pow" else {}
+        objective = SCMM(concave, weights=weights, **params)
+        mask = torch.rand(B, N, generator=gen) > 0.1
+        mask[1, 20:] = False  # a row that runs out of candidates before k
+        initial = torch.zeros(B, N, dtype=torch.bool)
+        initial[:, 3] = True
+        bonus = torch.rand(B, N, generator=gen, dtype=torch.float64) * float(H.mean()) if trial >= 2 else None
+        kwargs = {"mask": mask, "initial": initial, "modular": bonus}
+        want = greedy_select(H, k, objective, **kwargs)
+        _assert_same_selection(greedy_select(H, k, objective, compile=True, **kwargs), want)
+        assert not want.valid[1, 19:].any()  # at most 19 candidates available
+    # unbatched too
+    H = torch.rand(500, 30, generator=gen, dtype=torch.float64)
+    _assert_same_selection(greedy_select(H, 40, compile=True), greedy_select(H, 40))
+    # the screen did its job: short lists, not every candidate
+    assert widths and max(widths) < N // 4
+
+
+def test_screened_ties_go_to_the_lowest_index(screen_everything):
+    gen = torch.Generator().manual_seed(12)
+    H = torch.randint(0, 4, (2, 40, 6), generator=gen).double().repeat(1, 3, 1)  # rows v, v + 40, v + 80 equal
+    want = greedy_select(H, 60)
+    _assert_same_selection(greedy_select(H, 60, compile=True), want)
+    assert want.indices.max() < 120
+
+
+def test_screened_falls_back_to_float64(screen_everything, monkeypatch):
+    """Steps the float32 screen cannot decide are evaluated in full in float64: values that
+    overflow float32, values below its subnormal range, and (forced) wide short lists."""
+    gen = torch.Generator().manual_seed(13)
+    huge = torch.rand(2, 50, 8, generator=gen, dtype=torch.float64) * 1e300
+    _assert_same_selection(greedy_select(huge, 10, compile=True), greedy_select(huge, 10))
+    tiny = torch.rand(2, 50, 8, generator=gen, dtype=torch.float64) * 1e-300
+    for objective in ("sqrt", SCMM("pow", p=0.1)):
+        _assert_same_selection(greedy_select(tiny, 10, objective, compile=True), greedy_select(tiny, 10, objective))
+    monkeypatch.setattr(screen_everything, "_SCREEN_MAX_SHARE", 0.0)
+    H = torch.rand(2, 60, 8, generator=gen, dtype=torch.float64)
+    _assert_same_selection(greedy_select(H, 70, compile=True), greedy_select(H, 70))
+
+
+def test_screened_is_used_only_for_large_float64_problems(monkeypatch):
+    import dgn.greedy
+
+    calls: list[int] = []
+    original = dgn.greedy._naive_screened
+
+    def counting(*args):
+        calls.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(dgn.greedy, "_naive_screened", counting)
+    monkeypatch.setattr(dgn.greedy, "_SCREEN_MIN_ENTRIES", 1000)
+    greedy_select(torch.rand(1, 40, 30, dtype=torch.float64), 3, compile=True)  # 1,200 entries
+    greedy_select(torch.rand(1, 40, 30), 3, compile=True)  # float32: the plain compiled step
+    greedy_select(torch.rand(1, 40, 30, dtype=torch.float64), 3, compile=True, return_step_gains=True)
+    greedy_select(torch.rand(1, 20, 30, dtype=torch.float64), 3, compile=True)  # 600 entries
+    assert len(calls) == 1
+
+
+def test_screened_resolves_gains_float32_cannot_tell_apart(screen_everything):
+    """Candidates whose gains differ by far less than float32's resolution: float32 ranks
+    them by rounding noise, so the screen's bound has to keep all of them for float64 to
+    pick naive greedy's."""
+    gen = torch.Generator().manual_seed(14)
+    base = torch.rand(1, 1, 16, generator=gen, dtype=torch.float64) + 0.5
+    H = base + 1e-7 * torch.rand(2, 200, 16, generator=gen, dtype=torch.float64)
+    want = greedy_select(H, 6)
+    got32 = greedy_select(H.float(), 6)
+    assert not torch.equal(got32.indices, want.indices)  # float32 alone gets them wrong
+    _assert_same_selection(greedy_select(H, 6, compile=True), want)
