@@ -41,7 +41,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from dgn import greedy_select
+import dgn.greedy
+from dgn import SCMM, greedy_select
 from dgn._validation import as_features
 
 _T0 = time.perf_counter()
@@ -209,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     Xb = rng.random((N, E))
     Xb64 = torch.tensor(Xb)
     work_b = N * E * k
+    screen_min = dgn.greedy._SCREEN_MIN_ENTRIES
     ref = None
     timings: dict[str, float] = {}
     for opt in ("naive", "lazy", "two-stage"):
@@ -235,8 +237,15 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r.replace(f"<{opt}>", ratio) for r in rows]
     for nt in threads:
         torch.set_num_threads(nt)
-        variants = [("naive", False, Xb64), ("lazy", False, Xb64), ("naive", True, Xb64), ("naive", True, Xb64.float())]
-        for method, compiled, XX in variants:
+        variants = [
+            ("naive", False, Xb64, ""),
+            ("lazy", False, Xb64, ""),
+            ("naive", True, Xb64, ""),
+            ("naive", True, Xb64, "unscreened"),  # every gain in float64, for comparison
+            ("naive", True, Xb64.float(), ""),
+        ]
+        for method, compiled, XX, variant in variants:
+            dgn.greedy._SCREEN_MIN_ENTRIES = 1 << 62 if variant == "unscreened" else screen_min
             got = greedy_select(XX, k, method=method, compile=compiled).indices
             same = got.tolist() == ref.tolist()
             if XX.dtype == torch.float64:
@@ -245,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                 _timeit(lambda m=method, c=compiled, XX=XX: greedy_select(XX, k, method=m, compile=c), args.repeats)
             )
             dtype = str(XX.dtype).replace("torch.", "")
-            label = f"{method}, {dtype}{', compile=True' if compiled else ''}"
+            label = f"{method}, {dtype}{', compile=True' if compiled else ''}{', ' + variant if variant else ''}"
             log(f"(b) dgn {label}, {nt} thread(s): {_fmt_s(t)}")
             agree = "ranking = apricot's" if same else "ranking differs from apricot's (float32 rounding)"
             rows.append(
@@ -253,6 +262,27 @@ def main(argv: list[str] | None = None) -> int:
                 f"{work_b / t:.2e} cand-feat-steps/s{'' if method == 'naive' else ' (naive-equivalent)'}"
                 f"; {agree} | {timings[fastest] / t:.2f}x |"
             )
+        dgn.greedy._SCREEN_MIN_ENTRIES = screen_min
+    # float64 compile=True screens each step in float32: how long its short lists were
+    widths: list[int] = []
+    original = SCMM.candidate_gains
+
+    def recording(self: SCMM, features: torch.Tensor, state: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        widths.append(index.shape[1])
+        return original(self, features, state, index)
+
+    SCMM.candidate_gains = recording  # type: ignore[method-assign]
+    try:
+        greedy_select(Xb64, k, compile=True)
+    finally:
+        SCMM.candidate_gains = original  # type: ignore[method-assign]
+    if widths:
+        notes.append(f"(b) float64 compile=True: {len(widths)} of {k} steps decided by the float32 screen, "
+                     f"with short lists of {min(widths)} to {max(widths)} candidates "
+                     f"(median {statistics.median(widths):g}) evaluated in float64")
+    else:
+        notes.append("(b) float64 compile=True: no step was decided by the float32 screen")
+    log(notes[-1])
 
     header = [
         f"torch {torch.__version__} (threads as listed), numba {numba.__version__} "

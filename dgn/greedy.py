@@ -145,7 +145,11 @@ def greedy_select(
             gradients). The first call of a process compiles it (seconds to tens of
             seconds on CPU; it needs a C++ compiler); later calls reuse it for any
             shape. Picks equal the uncompiled ones except where two gains differ only
-            by rounding (the sums are added in another order).
+            by rounding (the sums are added in another order). float64 problems of at
+            least 2^21 entries (N x E) are screened: each step computes the gains in
+            float32, keeps the candidates within a bound on float32's rounding of the
+            best one, and evaluates only those in float64, so the picks stay float64
+            greedy's at close to float32's speed.
 
     Returns:
         A :class:`Selection`; unbatched input gives unbatched outputs ``(K,)``.
