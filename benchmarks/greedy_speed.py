@@ -19,9 +19,9 @@ it). The machine may be shared: the load average is printed with the table.
 
 OpenMP's wait policy is left as the environment sets it (and printed). The default of
 torch's libgomp lets idle threads spin briefly before they sleep. ``OMP_WAIT_POLICY=PASSIVE``
-puts them to sleep at once: that costs dgn's compiled greedy about 2x on (b), whose steps
-are about 1 ms each and wake the threads several times a step, and apricot nothing
-measurable (docs/benchmarks.md has both runs).
+puts them to sleep at once, so every parallel region has to wake them: in the runs in
+docs/benchmarks.md that cost dgn's compiled greedy 1.4x to 1.6x on (b) (2 threads) and
+apricot's (a) fits about 3.5x.
 
 Usage:
     python benchmarks/greedy_speed.py [--repeats 5] [--threads 1 2] [--out table.md]

@@ -223,6 +223,24 @@ def greedy_select(
     return out
 
 
+def _begin(
+    feats: Tensor, k: int, obj: Objective, valid: Tensor, start: Tensor | None
+) -> tuple[Tensor, Any, Tensor, Tensor, Tensor, Tensor]:
+    """Naive greedy's starting point: row numbers, the state of ``start`` (or of the empty
+    set), the (B, N) available candidates (valid, not in ``start``) and the empty
+    (B, k) indices (-1), gains and valid flags."""
+    B = feats.shape[0]
+    state = obj.init_state(feats, valid)
+    available = valid.clone()
+    if start is not None:
+        state = obj.update(feats, state, (start & valid).to(feats.dtype))
+        available &= ~start
+    indices = torch.full((B, k), -1, dtype=torch.long, device=feats.device)
+    gains = feats.new_zeros(B, k)
+    ok = torch.zeros(B, k, dtype=torch.bool, device=feats.device)
+    return torch.arange(B, device=feats.device), state, available, indices, gains, ok
+
+
 def _naive(
     feats: Tensor,
     k: int,
@@ -242,15 +260,7 @@ def _naive(
             feats.new_zeros(B, k, 0) if return_step_gains else None,
         )
         return empty
-    rows = torch.arange(B, device=feats.device)
-    state = obj.init_state(feats, valid)
-    available = valid.clone()  # (B, N) valid and not yet selected
-    if start is not None:
-        state = obj.update(feats, state, (start & valid).to(feats.dtype))
-        available &= ~start
-    indices = torch.full((B, k), -1, dtype=torch.long, device=feats.device)
-    gains = feats.new_zeros(B, k)
-    ok = torch.zeros(B, k, dtype=torch.bool, device=feats.device)
+    rows, state, available, indices, gains, ok = _begin(feats, k, obj, valid, start)
     history = []
     alpha = obj.weights(feats) if fused is not None else None  # type: ignore[operator]
     for step in range(k):
@@ -301,25 +311,17 @@ def _naive_screened(
     bound keeps more than ``_SCREEN_MAX_SHARE`` of the candidates, or whose values could
     overflow float32, evaluates everything in float64.
     """
-    B, N, E = feats.shape
-    rows = torch.arange(B, device=feats.device)
-    state = obj.init_state(feats, valid)
-    available = valid.clone()
-    if start is not None:
-        state = obj.update(feats, state, (start & valid).to(feats.dtype))
-        available &= ~start
-    indices = torch.full((B, k), -1, dtype=torch.long, device=feats.device)
-    gains = feats.new_zeros(B, k)
-    ok = torch.zeros(B, k, dtype=torch.bool, device=feats.device)
+    B, N, E = feats.shape  # N, E >= 1: greedy_select screens only large problems
+    rows, state, available, indices, gains, ok = _begin(feats, k, obj, valid, start)
     screen = _compiled(obj, "screen")
     full = _compiled(obj, "step")
     feats32 = feats.float()
     alpha = obj.weights(feats)  # float64 (E,) or None
     alpha32 = None if alpha is None else alpha.float()
-    alpha_max = 1.0 if alpha is None else float(alpha.max()) if E else 0.0
+    alpha_max = 1.0 if alpha is None else float(alpha.max())
     # (B, E) column maxima over all rows (a bound for the valid ones), from the float32
     # copy (half the bytes), rounded up past float32's rounding.
-    xmax = feats32.amax(1).double() * (1 + 2.0**-22) if N else feats.new_zeros(B, E)
+    xmax = feats32.amax(1).double() * (1 + 2.0**-22)
     tiny = float(obj.phi(torch.tensor(2.0**-149, dtype=torch.float64)))
     mod_slack = 0.0 if mod is None or not mod.numel() else 2.0**-50 * float(mod.abs().max())
     absolute = torch.tensor(8 * E * alpha_max * tiny + mod_slack, dtype=torch.float64)
