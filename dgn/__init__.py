@@ -21,6 +21,7 @@ from dgn.errors import DataError, DgnUserError
 if TYPE_CHECKING:
     from dgn.encoder import DeepEncoder, Encoder
     from dgn.greedy import Selection, SoftSelection, greedy_select, soft_greedy_select
+    from dgn.layer import GreedyLayer
     from dgn.losses import (
         LayerwiseCrossEntropy,
         SoftLabelCrossEntropy,
@@ -38,6 +39,7 @@ _LAZY = {
     "SoftSelection": "dgn.greedy",
     "greedy_select": "dgn.greedy",
     "soft_greedy_select": "dgn.greedy",
+    "GreedyLayer": "dgn.layer",
     "LayerwiseCrossEntropy": "dgn.losses",
     "SoftLabelCrossEntropy": "dgn.losses",
     "layerwise_cross_entropy": "dgn.losses",
@@ -61,6 +63,7 @@ __all__ = [
     "soft_greedy_select",
     "Selection",
     "SoftSelection",
+    "GreedyLayer",
     "Encoder",
     "DeepEncoder",
     "DGN",

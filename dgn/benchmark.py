@@ -1,12 +1,19 @@
-"""The paper's Table 1 on real data: every baseline and the DGN, trained and evaluated.
+"""The paper's Table 1 on real data: every baseline and the DGN, trained over several seeds.
 
 ``run_benchmark("fm2", ...)`` converts the raw files (seeded candidate shuffle), builds
-the claim-sentence features, trains Encoder, DeepEncoder and DGN with the same settings
-as ``dgn train``, and scores every model at k = 7, 5, 3, 1 (Powers et al., 2018, Table 1).
+the claim-sentence features of the chosen feature set, trains Encoder, DeepEncoder and
+DGN on them once per training seed, and scores every model at k = 7, 5, 3, 1 (Powers
+et al., 2018, Table 1) beside the baselines a user would otherwise pick: TF-IDF (the
+strongest of the standard configurations on the dev split), BM25, the zero-shot
+sentence-encoder cosine and the word-embedding cosine. Trained models are reported as
+the mean and standard deviation over the seeds.
 
-Splits: FM2 trains on its dev file (a seeded 20% of it held out for early stopping) and
-is evaluated on its test file. WiCE has only its dev file here: it is split 55/15/30 into
-train / early-stopping / test with the seed.
+Splits: FM2 trains on its dev file (a seeded 20% of it held out for early stopping and
+for choosing the TF-IDF configuration) and is evaluated on its test file. WiCE has only
+its dev file here: either split 55/15/30 into train / early-stopping / test, or, with
+``folds``, cross-validated: each fold is the test set once, 15% of the rest is the
+early-stopping split, and every claim is scored once per seed by the model that did not
+see it.
 """
 
 from __future__ import annotations
@@ -14,16 +21,28 @@ from __future__ import annotations
 import json
 import os
 import random
+import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from dgn.errors import DgnUserError
 
-__all__ = ["BenchmarkSettings", "run_benchmark", "format_results", "prepare_data", "DATASET_SPLITS", "MODEL_NAMES"]
+__all__ = [
+    "BenchmarkSettings",
+    "run_benchmark",
+    "format_results",
+    "prepare_data",
+    "prepare_folds",
+    "DATASET_SPLITS",
+    "MODEL_NAMES",
+    "TRAINED_MODELS",
+]
 
 #: Raw files each benchmark dataset uses, and how train / dev / test are formed.
 DATASET_SPLITS: dict[str, dict[str, Any]] = {
@@ -31,169 +50,386 @@ DATASET_SPLITS: dict[str, dict[str, Any]] = {
     "wice": {"train": "dev", "test": None, "dev_fraction": 0.15, "test_fraction": 0.3},
 }
 
-MODEL_NAMES = ("TF-IDF", "Embedding cosine", "SCMM greedy (untrained)", "Encoder", "DeepEncoder", "DGN")
+#: Every row the benchmark knows, in table order. Rows whose inputs are missing (no word
+#: vectors, no sentence encoder) are left out.
+MODEL_NAMES = (
+    "TF-IDF",
+    "BM25",
+    "Sentence cosine",
+    "Embedding cosine",
+    "SCMM greedy (untrained)",
+    "Encoder",
+    "DeepEncoder",
+    "DGN",
+)
+#: Optional rows: the DGN's objective ablations and the end-to-end pair.
+EXTRA_MODELS = ("DGN (coverage only)", "DGN (modular only)", "Fine-tuned encoder", "DGN end to end")
+TRAINED_MODELS = ("Encoder", "DeepEncoder", "DGN", "DGN (coverage only)", "DGN (modular only)",
+                  "Fine-tuned encoder", "DGN end to end")
 
 
 @dataclass(frozen=True)
 class BenchmarkSettings:
-    """Knobs of the benchmark (defaults = the reported table and plain ``dgn train``)."""
+    """Knobs of the benchmark (defaults = the reported table and plain ``dgn train``).
+
+    Attributes:
+        seed: Seed of the candidate shuffle and of the splits.
+        seeds: Training seeds; trained models are reported as mean and sd over them.
+        folds: Cross-validate over the training file with this many folds (None: the
+            dataset's fixed splits).
+        ks: Cutoffs of the table.
+        epochs: Maximum epochs (None: :class:`dgn.train.TrainConfig`'s).
+        models: Rows to compute (see :data:`MODEL_NAMES` and the optional rows).
+        features: Feature blocks (None: :func:`dgn.features.family.default_feature_names`).
+        encoder_model: The sentence block's encoder (None: all-MiniLM-L6-v2).
+    """
 
     seed: int = 0
+    seeds: tuple[int, ...] = (0, 1, 2)
+    folds: int | None = None
     ks: tuple[int, ...] = (7, 5, 3, 1)
     epochs: int | None = None
     models: tuple[str, ...] = MODEL_NAMES
+    features: tuple[str, ...] | None = None
+    encoder_model: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.seeds:
+            raise ValueError("BenchmarkSettings.seeds must name at least one seed")
+        if self.folds is not None and (isinstance(self.folds, bool) or self.folds < 2):
+            raise ValueError(f"BenchmarkSettings.folds must be at least 2, got {self.folds!r}")
+        unknown = [m for m in self.models if m not in MODEL_NAMES + EXTRA_MODELS]
+        if unknown:
+            raise ValueError(f"BenchmarkSettings.models: unknown rows {unknown}")
 
 
-def _split(path: Path, out: dict[str, Path], fractions: dict[str, float], seed: int) -> dict[str, int]:
-    """Split a selection JSONL file into seeded parts (``train`` takes the rest)."""
-    from dgn.data import read_problems, write_problems
-
-    problems = list(read_problems(path))
+def _split(problems: Sequence[Any], fractions: dict[str, float], seed: int, salt: str = "split") -> dict[str, list[int]]:
+    """Seeded index parts of ``problems`` (``train`` takes the rest)."""
     order = list(range(len(problems)))
-    random.Random(f"split:{seed}").shuffle(order)
-    counts: dict[str, int] = {}
+    random.Random(f"{salt}:{seed}").shuffle(order)
     start = 0
     parts: dict[str, list[int]] = {}
     for name, frac in fractions.items():
         n = max(1, round(frac * len(order)))
-        parts[name] = order[start : start + n]
+        parts[name] = sorted(order[start : start + n])
         start += n
-    parts["train"] = order[start:]
-    for name, idx in parts.items():
-        counts[name] = write_problems(out[name], (problems[i] for i in sorted(idx)))
-    return counts
+    parts["train"] = sorted(order[start:])
+    return parts
 
 
-def prepare_data(dataset: str, data_dir: str | os.PathLike[str] | None, work: Path, seed: int) -> dict[str, Path]:
-    """Convert and split a registered dataset into ``work/{train,dev,test}.jsonl``."""
-    from dgn.data import convert, locate
+def _convert_train_file(dataset: str, data_dir: str | os.PathLike[str] | None, work: Path, seed: int) -> list[Any]:
+    from dgn.data import convert, locate, read_problems
 
     if dataset not in DATASET_SPLITS:
         raise DgnUserError(f"unknown benchmark dataset {dataset!r}; choose from {sorted(DATASET_SPLITS)}")
     plan = DATASET_SPLITS[dataset]
     work.mkdir(parents=True, exist_ok=True)
-    paths = {name: work / f"{name}.jsonl" for name in ("train", "dev", "test")}
-    raw_train = locate(dataset, plan["train"], data_dir)
     converted = work / f"{dataset}-{plan['train']}.converted.jsonl"
-    convert(dataset, raw_train, converted, seed=seed)
+    convert(dataset, locate(dataset, plan["train"], data_dir), converted, seed=seed)
+    problems = list(read_problems(converted))
+    converted.unlink()
+    return problems
+
+
+def prepare_data(dataset: str, data_dir: str | os.PathLike[str] | None, work: Path, seed: int) -> dict[str, Path]:
+    """Convert and split a registered dataset into ``work/{train,dev,test}.jsonl``."""
+    from dgn.data import convert, locate, write_problems
+
+    problems = _convert_train_file(dataset, data_dir, work, seed)
+    plan = DATASET_SPLITS[dataset]
+    paths = {name: work / f"{name}.jsonl" for name in ("train", "dev", "test")}
     fractions = {"dev": plan["dev_fraction"]}
     if plan["test"] is None:
         fractions["test"] = plan["test_fraction"]
-    _split(converted, paths, fractions, seed)
-    converted.unlink()
+    for name, idx in _split(problems, fractions, seed).items():
+        write_problems(paths[name], (problems[i] for i in idx))
     if plan["test"] is not None:
         convert(dataset, locate(dataset, plan["test"], data_dir), paths["test"], seed=seed)
     return paths
 
 
+def prepare_folds(
+    dataset: str, data_dir: str | os.PathLike[str] | None, work: Path, seed: int, folds: int
+) -> list[dict[str, Path]]:
+    """Cross-validation splits of the dataset's training file: ``work/fold{i}/{train,dev,test}.jsonl``.
+
+    Fold ``i`` is the test set of split ``i``; a seeded 15% of the other folds is its
+    early-stopping set and the rest its training set. Every problem is in exactly one
+    test fold.
+    """
+    from dgn.data import write_problems
+
+    problems = _convert_train_file(dataset, data_dir, work, seed)
+    if len(problems) < folds:
+        raise DgnUserError(f"--folds {folds}: the {dataset} file has only {len(problems)} problems")
+    order = list(range(len(problems)))
+    random.Random(f"folds:{seed}").shuffle(order)
+    out = []
+    for i in range(folds):
+        test = sorted(order[i::folds])
+        rest = [j for j in order if j not in set(test)]
+        parts = _split([problems[j] for j in rest], {"dev": DATASET_SPLITS[dataset]["dev_fraction"]}, seed, f"fold{i}")
+        idx = {"test": test, "dev": [rest[j] for j in parts["dev"]], "train": [rest[j] for j in parts["train"]]}
+        paths = {name: work / f"fold{i}" / f"{name}.jsonl" for name in idx}
+        paths["test"].parent.mkdir(parents=True, exist_ok=True)
+        for name, ids in idx.items():
+            write_problems(paths[name], (problems[j] for j in sorted(ids)))
+        out.append(paths)
+    return out
+
+
+def _mean_sd(runs: list[dict[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
+    keys = [k for k in runs[0] if k != "count"]
+    mean = {k: float(statistics.fmean(r[k] for r in runs)) for k in keys}
+    sd = {k: float(statistics.stdev([r[k] for r in runs])) if len(runs) > 1 else 0.0 for k in keys}
+    mean["count"] = runs[0].get("count", 0)
+    return mean, sd
+
+
+def _build_model(name: str, in_features: int, seed: int) -> Any:
+    from dgn.baselines import EncoderScorer
+    from dgn.model import DGN, DGNConfig
+
+    torch.manual_seed(seed)
+    config = DGNConfig(in_features=in_features)
+    if name.startswith("DGN"):
+        if name == "DGN (coverage only)":
+            config = replace(config, modular=False)
+        elif name == "DGN (modular only)":
+            config = replace(config, coverage=False)
+        return DGN(config)
+    return EncoderScorer(config.in_features, config.hidden_features, config.encoded_features, deep=name == "DeepEncoder")
+
+
 def run_benchmark(
     dataset: str,
     *,
-    vectors: str | os.PathLike[str],
     output: str | os.PathLike[str],
+    vectors: str | os.PathLike[str] | None = None,
     data_dir: str | os.PathLike[str] | None = None,
     settings: BenchmarkSettings | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Train and evaluate every model of Table 1 on ``dataset``; write the reports.
+    """Train and evaluate every row of the table on ``dataset``; write the reports.
 
-    Writes ``results.json``, ``results.md`` and ``recall_precision.png`` into ``output``.
+    Writes ``results.json``, ``results.md``, ``recall_precision.png`` and the first seed's
+    trained DGN (``dgn-model``, the last fold's with ``folds``) into ``output``.
 
     Returns:
         The results dict (also in ``results.json``).
     """
-    from dgn.baselines import EncoderScorer, cosine_rankings, scmm_rankings, tfidf_rankings
-    from dgn.data import read_problems
-    from dgn.metrics import evaluate_rankings
-    from dgn.model import DGN, DGNConfig
-    from dgn.pipeline import Featurizer, SelectionDataset
-    from dgn.train import TrainConfig, rank, train_model
+    from dgn.features.family import default_feature_names, parse_feature_names
 
     s = settings or BenchmarkSettings()
+    features = parse_feature_names(list(s.features)) if s.features else default_feature_names()
+    if "wordvec" in features and vectors is None:
+        raise DgnUserError("the wordvec features need word vectors: pass --vectors PATH")
+    if any(m in s.models for m in ("Fine-tuned encoder", "DGN end to end")):
+        from dgn.sentence import resolve_model_path
+
+        resolve_model_path(s.encoder_model)  # the extra must be there before any slow step
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    paths = prepare_data(dataset, data_dir, out / "data", s.seed)
-    featurizer = Featurizer(vectors, cache_dir=cache_dir, progress=progress)
-    featurizer.fit_scaler(paths["train"])
-    train = SelectionDataset(paths["train"], featurizer)
-    dev = SelectionDataset(paths["dev"], featurizer)
-    test = SelectionDataset(paths["test"], featurizer)
-    test_problems = list(read_problems(paths["test"]))
-    golds = [p.gold for p in test_problems]
-    kmax = max(s.ks)
-    model_config = DGNConfig(in_features=featurizer.dim)
-    train_config = TrainConfig(seed=s.seed)
-    if s.epochs is not None:
-        train_config = replace(train_config, epochs=s.epochs)
+    if s.folds:
+        splits = prepare_folds(dataset, data_dir, out / "data", s.seed, s.folds)
+    else:
+        splits = [prepare_data(dataset, data_dir, out / "data", s.seed)]
+    if progress:
+        print(f"features: {','.join(features)}; training seeds {list(s.seeds)}"
+              + (f"; {s.folds}-fold cross-validation" if s.folds else ""), flush=True)
 
+    per_split = [
+        _run_split(paths, features, vectors, s, cache_dir, progress, out, save=(i == len(splits) - 1))
+        for i, paths in enumerate(splits)
+    ]
+    # Pool the test problems of every split, then score: per seed for trained rows.
+    golds = [g for part in per_split for g in part["golds"]]
     rows: dict[str, dict[str, Any]] = {}
+    names = [n for n in MODEL_NAMES + EXTRA_MODELS if n in per_split[0]["rankings"]]
+    from dgn.metrics import evaluate_rankings
 
-    def score(name: str, rankings: list[list[int]], params: int | None, seconds: float) -> None:
-        metrics = evaluate_rankings(rankings, golds, ks=s.ks, names=("recall", "precision", "f1", "strict"))
-        rows[name] = {"metrics": metrics, "parameters": params, "train_seconds": seconds}
+    for name in names:
+        label = per_split[0]["labels"].get(name, name)
+        runs = []
+        n_runs = len(per_split[0]["rankings"][name])
+        for r in range(n_runs):
+            rankings = [rk for part in per_split for rk in part["rankings"][name][r]]
+            runs.append(evaluate_rankings(rankings, golds, ks=s.ks, names=("recall", "precision", "f1", "strict")))
+        mean, sd = _mean_sd(runs)
+        seconds = [t for part in per_split for t in part["seconds"].get(name, [])]
+        dev = [d for part in per_split for d in part["dev_scores"].get(name, [])]
+        rows[label] = {
+            "dev_mean_recall": float(statistics.fmean(dev)) if dev else None,
+            "metrics": mean,
+            "sd": sd if n_runs > 1 else None,
+            "per_seed": runs if n_runs > 1 else None,
+            "parameters": per_split[0]["parameters"].get(name),
+            "train_seconds": float(statistics.fmean(seconds)) if seconds else 0.0,
+        }
         if progress:
-            r = ", ".join(f"R@{k} {metrics[f'recall@{k}']:.3f}" for k in s.ks)
-            print(f"{name}: {r}", flush=True)
-
-    if "TF-IDF" in s.models:
-        fit_texts = [t for p in read_problems(paths["train"]) for t in (p.query, *p.candidates)]
-        score("TF-IDF", tfidf_rankings(test_problems, kmax, fit_texts), None, 0.0)
-    if "Embedding cosine" in s.models:
-        score("Embedding cosine", cosine_rankings(test_problems, featurizer.vectors, kmax), None, 0.0)
-    if "SCMM greedy (untrained)" in s.models:
-        score("SCMM greedy (untrained)", scmm_rankings(iter(test.raw), kmax), None, 0.0)
-    trained: dict[str, Any] = {}
-    for name in ("Encoder", "DeepEncoder", "DGN"):
-        if name not in s.models:
-            continue
-        torch.manual_seed(s.seed)
-        if name == "DGN":
-            model: Any = DGN(model_config)
-        else:
-            model = EncoderScorer(
-                model_config.in_features,
-                model_config.hidden_features,
-                model_config.encoded_features,
-                deep=name == "DeepEncoder",
-            )
-        if progress:
-            print(f"training {name} ({model.num_parameters():,} parameters)", flush=True)
-        result = train_model(model, train, dev, train_config, progress=progress)
-        trained[name] = result.to_dict()
-        score(name, rank(model, test, kmax), model.num_parameters(), result.seconds)
-        if name == "DGN":
-            model.save_pretrained(out / "dgn-model", extra={"featurizer": featurizer.settings()})
-
+            print(f"{label}: " + ", ".join(f"R@{k} {mean[f'recall@{k}']:.3f}" for k in s.ks), flush=True)
+    first = per_split[0]
     results = {
         "dataset": dataset,
         "seed": s.seed,
+        "seeds": list(s.seeds),
+        "folds": s.folds,
+        "features": list(features),
+        "feature_dim": first["dim"],
+        "tfidf_config": first.get("tfidf_config"),
+        "tfidf_dev_scores": first.get("tfidf_dev_scores"),
         "ks": list(s.ks),
-        "splits": {name: len(data.infos) for name, data in (("train", train), ("dev", dev), ("test", test))},
-        "model_config": model_config.to_dict(),
-        "train_config": asdict(train_config),
+        "splits": first["sizes"] if not s.folds else {"test": len(golds), "folds": s.folds},
+        "model_config": first["model_config"],
+        "train_config": first["train_config"],
         "models": rows,
-        "training": trained,
         "created": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     write_reports(results, out)
     return results
 
 
-def format_results(results: dict[str, Any]) -> str:
-    """The paper's Table 1 layout: a block per k, one row per model."""
+def _run_split(
+    paths: dict[str, Path],
+    features: tuple[str, ...],
+    vectors: str | os.PathLike[str] | None,
+    s: BenchmarkSettings,
+    cache_dir: str | os.PathLike[str] | None,
+    progress: bool,
+    out: Path,
+    save: bool,
+) -> dict[str, Any]:
+    """Every row's test rankings on one train/dev/test split (a list per training seed)."""
+    from dgn.baselines import (
+        bm25_rankings,
+        cosine_rankings,
+        scmm_rankings,
+        select_tfidf_config,
+        tfidf_rankings_config,
+        top_k,
+    )
+    from dgn.data import read_problems
+    from dgn.model import DGN
+    from dgn.pipeline import Featurizer, SelectionDataset
+    from dgn.train import TrainConfig, rank, train_model
+
+    featurizer = Featurizer(vectors, features=features, encoder_model=s.encoder_model, cache_dir=cache_dir, progress=progress)
+    featurizer.fit_scaler(paths["train"])
+    train_config = TrainConfig()
+    if s.epochs is not None:
+        train_config = replace(train_config, epochs=s.epochs)
+    train = SelectionDataset(paths["train"], featurizer, max_candidates=train_config.max_candidates)
+    dev = SelectionDataset(paths["dev"], featurizer)
+    test = SelectionDataset(paths["test"], featurizer)
+    train_problems = list(read_problems(paths["train"]))
+    dev_problems = list(read_problems(paths["dev"]))
+    test_problems = list(read_problems(paths["test"]))
+    kmax = max(s.ks)
+    rankings: dict[str, list[list[list[int]]]] = {}
+    labels: dict[str, str] = {}
+    seconds: dict[str, list[float]] = {}
+    parameters: dict[str, int] = {}
+    dev_scores: dict[str, list[float]] = {}
+    result: dict[str, Any] = {
+        "dev_scores": dev_scores,
+        "golds": [p.gold for p in test_problems],
+        "rankings": rankings,
+        "labels": labels,
+        "seconds": seconds,
+        "parameters": parameters,
+        "dim": featurizer.dim,
+        "sizes": {"train": len(train), "dev": len(dev), "test": len(test)},
+        "train_config": asdict(train_config),
+    }
+    columns = featurizer.columns()
+
+    def column_rankings(column: str) -> list[list[int]]:
+        j = columns.index(column)
+        return [top_k(np.asarray(x)[:, j], kmax) for x in test.raw]
+
+    if "TF-IDF" in s.models:
+        fit_texts = [t for p in train_problems for t in (p.query, *p.candidates)]
+        chosen, by_config = select_tfidf_config(dev_problems, fit_texts)
+        result["tfidf_config"] = chosen
+        result["tfidf_dev_scores"] = by_config
+        labels["TF-IDF"] = f"TF-IDF ({chosen})"
+        rankings["TF-IDF"] = [tfidf_rankings_config(test_problems, kmax, chosen, fit_texts)]
+        if progress:
+            print(f"TF-IDF configuration chosen on the dev split: {chosen}", flush=True)
+    if "BM25" in s.models:
+        rankings["BM25"] = [bm25_rankings(test_problems, kmax)]
+    if "Sentence cosine" in s.models and "sentence" in features:
+        rankings["Sentence cosine"] = [column_rankings("sentence_cosine")]
+    if "Embedding cosine" in s.models and featurizer.vectors is not None:
+        rankings["Embedding cosine"] = [cosine_rankings(test_problems, featurizer.vectors, kmax)]
+    if "SCMM greedy (untrained)" in s.models:
+        # The paper's untrained objective: relu of the claim-sentence product (q * s).
+        block = "wordvec_" if "wordvec" in features else "sentence_prod_" if "sentence" in features else None
+        if block is not None:
+            cols = [j for j, c in enumerate(columns) if c.startswith(block)]
+            rankings["SCMM greedy (untrained)"] = [scmm_rankings((np.asarray(x)[:, cols] for x in test.raw), kmax)]
+    model_config = None
+    for name in [m for m in TRAINED_MODELS if m in s.models and m not in ("Fine-tuned encoder", "DGN end to end")]:
+        rankings[name], seconds[name] = [], []
+        for seed in s.seeds:
+            model = _build_model(name, featurizer.dim, seed)
+            if isinstance(model, DGN):
+                model_config = model.config.to_dict()
+            parameters[name] = model.num_parameters()
+            if progress:
+                print(f"training {name} ({model.num_parameters():,} parameters), seed {seed}", flush=True)
+            fit = train_model(model, train, dev, replace(train_config, seed=seed), progress=progress)
+            rankings[name].append(rank(model, test, kmax))
+            seconds[name].append(fit.seconds)
+            dev_scores.setdefault(name, []).append(fit.best_score)
+            if save and name == "DGN" and seed == s.seeds[0]:
+                model.save_pretrained(out / "dgn-model", extra={"featurizer": featurizer.settings()})
+    result["model_config"] = model_config
+    for name, head in (("Fine-tuned encoder", "listwise"), ("DGN end to end", "dgn")):
+        if name not in s.models:
+            continue
+        from dgn.sentence import (
+            EndToEndSelector,
+            FinetuneConfig,
+            finetune,
+            load_sentence_model,
+            rank_problems,
+        )
+
+        rankings[name], seconds[name] = [], []
+        for seed in s.seeds:
+            torch.manual_seed(seed)
+            model = EndToEndSelector(load_sentence_model(s.encoder_model), head)
+            parameters[name] = model.num_parameters()
+            if progress:
+                print(f"fine-tuning {name} ({model.num_parameters():,} parameters), seed {seed}", flush=True)
+            fit = finetune(model, train_problems, dev_problems, FinetuneConfig(seed=seed), progress=progress)
+            rankings[name].append(rank_problems(model, test_problems, kmax, progress=progress))
+            seconds[name].append(fit.seconds)
+            dev_scores.setdefault(name, []).append(fit.best_score)
+    return result
+
+
+def _cell(row: dict[str, Any], key: str) -> str:
+    value = f"{row['metrics'][key]:.3f}"
+    sd = row.get("sd")
+    return value + (f" ± {sd[key]:.3f}" if sd else "")
+
+
+def format_results(results: dict[str, Any], *, f1: bool = True) -> str:
+    """The paper's Table 1 layout: a block per k, one row per model (trained rows: mean ± sd)."""
     ks = results["ks"]
+    per_k = ("R", "P", "F1") if f1 else ("R", "P")
     lines = [
-        "| model | params | train time | " + " | ".join(f"R@{k} | P@{k} | F1@{k}" for k in ks) + " |",
-        "|---|---:|---:|" + "---:|" * (3 * len(ks)),
+        "| model | params | train time | " + " | ".join(" | ".join(f"{m}@{k}" for m in per_k) for k in ks) + " |",
+        "|---|---:|---:|" + "---:|" * (len(per_k) * len(ks)),
     ]
+    metric = {"R": "recall", "P": "precision", "F1": "f1"}
     for name, row in results["models"].items():
-        m = row["metrics"]
         params = f"{row['parameters']:,}" if row["parameters"] else "-"
         secs = f"{row['train_seconds']:.0f} s" if row["train_seconds"] else "-"
-        cells = " | ".join(
-            f"{m[f'recall@{k}']:.3f} | {m[f'precision@{k}']:.3f} | {m[f'f1@{k}']:.3f}" for k in ks
-        )
+        cells = " | ".join(_cell(row, f"{metric[m]}@{k}") for k in ks for m in per_k)
         lines.append(f"| {name} | {params} | {secs} | {cells} |")
     return "\n".join(lines)
 
@@ -205,10 +441,17 @@ def write_reports(results: dict[str, Any], out: Path) -> None:
     with atomic_write(out / "results.json") as fh:
         json.dump(results, fh, indent=2, sort_keys=True)
         fh.write("\n")
+    seeds = results.get("seeds") or [results["seed"]]
+    how = (
+        f"{results['folds']}-fold cross-validation, {results['splits']['test']} problems each scored once"
+        if results.get("folds")
+        else f"Test problems: {results['splits']['test']}; trained on {results['splits']['train']}, "
+        f"early stopping on {results['splits']['dev']}"
+    )
     header = (
-        f"# {results['dataset']} evidence selection (seed {results['seed']})\n\n"
-        f"Test problems: {results['splits']['test']}; trained on {results['splits']['train']}, "
-        f"early stopping on {results['splits']['dev']}.\n\n"
+        f"# {results['dataset']} evidence selection\n\n"
+        f"{how}. Features: {','.join(results.get('features', []))} ({results.get('feature_dim')} columns). "
+        f"Trained rows: mean ± sd over training seeds {seeds}.\n\n"
     )
     with atomic_write(out / "results.md") as fh:
         fh.write(header + format_results(results) + "\n")
@@ -219,26 +462,29 @@ def write_reports(results: dict[str, Any], out: Path) -> None:
 
 
 def plot_results(results: dict[str, Any], path: Path) -> None:
-    """Recall@k and precision@k per model, two panels."""
+    """Recall@k and precision@k per model, two panels (error bars: sd over seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     ks = sorted(results["ks"])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
     for name, row in results["models"].items():
-        m = row["metrics"]
-        style = {"linewidth": 2.5} if name == "DGN" else {"linewidth": 1.2}
-        axes[0].plot(ks, [m[f"recall@{k}"] for k in ks], marker="o", label=name, **style)
-        axes[1].plot(ks, [m[f"precision@{k}"] for k in ks], marker="o", label=name, **style)
+        m, sd = row["metrics"], row.get("sd")
+        style = {"linewidth": 2.5} if name.startswith("DGN") else {"linewidth": 1.2}
+        for ax, what in zip(axes, ("recall", "precision"), strict=True):
+            ys = [m[f"{what}@{k}"] for k in ks]
+            err = [sd[f"{what}@{k}"] for k in ks] if sd else None
+            ax.errorbar(ks, ys, yerr=err, marker="o", label=name, capsize=3, **style)
     for ax, what in zip(axes, ("recall@k", "precision@k"), strict=True):
         ax.set_xlabel("k (sentences selected)")
         ax.set_ylabel(what)
         ax.set_xticks(ks)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"{results['dataset']} test, seed {results['seed']}")
+    axes[0].legend(fontsize=7)
+    seeds = results.get("seeds") or [results["seed"]]
+    fig.suptitle(f"{results['dataset']} test, mean over training seeds {seeds}")
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=120)
     plt.close(fig)

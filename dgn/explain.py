@@ -113,7 +113,7 @@ def explain_problem(
     """Run the DGN's test-time greedy on one problem and record every step.
 
     The features are built exactly as :class:`~dgn.pipeline.Featurizer` builds them for
-    training and prediction (``q * s_v``, standardised with the featurizer's statistics),
+    training and prediction (its feature blocks, standardised with the featurizer's statistics),
     so the picks are the ones ``dgn predict`` writes.
 
     Args:
@@ -133,8 +133,6 @@ def explain_problem(
     """
     import torch
 
-    from dgn.features import claim_sentence_features
-
     k = model.config.steps if steps is None else steps
     if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
         raise DgnUserError(f"steps must be a positive integer, got {steps!r}")
@@ -145,7 +143,7 @@ def explain_problem(
             f"the featurizer gives {featurizer.dim}-d features but the model expects "
             f"in_features={model.config.in_features}"
         )
-    raw = claim_sentence_features(problem.query, problem.candidates, featurizer.vectors)
+    raw = featurizer.problem_features(problem.query, problem.candidates)
     X = torch.from_numpy(featurizer.transform(raw)).unsqueeze(0)
     mask = torch.ones(X.shape[:2], dtype=torch.bool)
     was_training = model.training

@@ -23,10 +23,14 @@ from dgn._validation import as_features, as_mask
 from dgn._version import __version__
 from dgn.encoder import DeepEncoder, Encoder
 from dgn.errors import DgnUserError, one_line
-from dgn.greedy import RELAXATIONS, Selection, greedy_select, soft_greedy_select
+from dgn.greedy import RELAXATIONS, Selection, greedy_select
+from dgn.layer import GreedyLayer
 from dgn.objectives import CONCAVE_FUNCTIONS, SCMM
 
-__all__ = ["DGNConfig", "DGN", "DGNOutput", "CONFIG_NAME", "WEIGHTS_NAME"]
+__all__ = ["DGNConfig", "DGN", "DGNOutput", "CONFIG_NAME", "WEIGHTS_NAME", "MODULAR_ACTIVATIONS"]
+
+#: How the modular term's linear score becomes ``beta`` (softplus: nonnegative).
+MODULAR_ACTIVATIONS = ("softplus", "identity")
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -56,9 +60,21 @@ class DGNConfig:
             let training grow the coverage term from the data instead of starting from
             the random encoder's coverage, which swamps relevance (on FM2, 0.01 instead of
             1 raised the mean test recall at k = 1, 3, 5, 7 from 0.56 to 0.59).
-        modular: Add a learned modular term ``beta_v = w . H[v] + b`` to the objective
-            (the optional ``sum_{v in A} beta_v`` of the SCMM): per-sentence relevance
-            beside the diminishing-returns coverage. Off gives the paper's pure SCMM.
+        modular: Add a learned modular term ``beta_v = softplus(w . H[v] + b)`` to the
+            objective (the optional ``sum_{v in A} beta_v`` of the SCMM): per-sentence
+            relevance beside the diminishing-returns coverage. Off gives the paper's pure
+            SCMM.
+        modular_activation: ``"softplus"`` keeps ``beta >= 0``, so every gain is
+            nonnegative, f grows with each pick and the learned objective stays monotone
+            submodular (greedy's ``1 - 1/e`` guarantee holds for it). ``"identity"`` lets
+            ``beta`` go negative (checkpoints written before this field existed): f can
+            then fall with each pick and greedy degrades towards a ranking by ``beta``.
+        coverage: Keep the SCMM coverage term. False zeroes its weights, leaving the
+            modular term alone: greedy is then a ranking by ``beta`` (the "modular only"
+            ablation).
+        modular_skip: The modular term also reads the input features linearly,
+            ``beta_v = softplus(w . H[v] + u . X[v] + b)``: a direct path for input
+            features that are already relevance scores (cosines, BM25).
     """
 
     in_features: int = 300
@@ -74,6 +90,9 @@ class DGNConfig:
     dropout: float = 0.0
     init_weight: float = 0.01
     modular: bool = True
+    modular_activation: str = "softplus"
+    modular_skip: bool = False
+    coverage: bool = True
 
     def __post_init__(self) -> None:
         for name in ("in_features", "hidden_features", "encoded_features"):
@@ -96,6 +115,13 @@ class DGNConfig:
             raise ValueError(f"DGNConfig.init_weight must be a positive number, got {self.init_weight!r}")
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"DGNConfig.dropout must be in [0, 1), got {self.dropout!r}")
+        if not (self.coverage or self.modular):
+            raise ValueError("DGNConfig: coverage=False needs modular=True (the objective would be zero)")
+        if self.modular_activation not in MODULAR_ACTIVATIONS:
+            raise ValueError(
+                f"DGNConfig.modular_activation must be one of {MODULAR_ACTIVATIONS}, "
+                f"got {self.modular_activation!r}"
+            )
         if not isinstance(self.concave_params, dict):
             raise ValueError(f"DGNConfig.concave_params must be a dict, got {self.concave_params!r}")
         SCMM(self.concave, **self.concave_params)  # validates the parameters
@@ -117,6 +143,9 @@ class DGNConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise DgnUserError(f"{source}: unknown field(s) {unknown} (known: {sorted(known)})")
+        if "modular_activation" not in data:
+            # Written before the field existed: the modular term was unconstrained.
+            data = {**data, "modular_activation": "identity"}
         try:
             return cls(**data)
         except (TypeError, ValueError) as exc:
@@ -149,9 +178,9 @@ class DGN(nn.Module):
     """Differentiable Greedy Network (Powers et al., 2018).
 
     ``H = encoder(X)`` (nonnegative), ``f = SCMM(concave, alpha)`` with learnable
-    ``alpha >= 0``, then K greedy layers maximise f over the candidates. Training uses the
-    relaxed layers of :func:`dgn.soft_greedy_select`; ``eval()`` runs exact
-    :func:`dgn.greedy_select` on the learned H and alpha.
+    ``alpha >= 0``, then a :class:`~dgn.layer.GreedyLayer` (K greedy layers) maximises f
+    over the candidates. Training uses the relaxed layers of :func:`dgn.soft_greedy_select`;
+    ``eval()`` runs exact :func:`dgn.greedy_select` on the learned H and alpha.
 
     Args:
         config: The hyperparameters.
@@ -174,7 +203,9 @@ class DGN(nn.Module):
         c = self.config
         encoder_cls = DeepEncoder if c.deep else Encoder
         self.encoder = encoder_cls(c.in_features, c.hidden_features, c.encoded_features, c.dropout)
-        if c.learn_weights:
+        if not c.coverage:
+            self.objective = SCMM(c.concave, weights=torch.zeros(c.encoded_features), **c.concave_params)
+        elif c.learn_weights:
             self.objective = SCMM(
                 c.concave,
                 learnable=True,
@@ -184,7 +215,15 @@ class DGN(nn.Module):
             )
         else:
             self.objective = SCMM(c.concave, **c.concave_params)
+        # The greedy layer shares self.objective; its parameters are saved under
+        # "objective." only (see _drop_shared_keys), so checkpoint keys stay as they were.
+        self.greedy = GreedyLayer(self.objective, c.steps, c.tau, c.relaxation)
+        self._register_state_dict_hook(_drop_shared_keys)
+        self._register_load_state_dict_pre_hook(_alias_shared_keys, with_module=True)
         self.modular = nn.Linear(c.encoded_features, 1) if c.modular else None
+        self.modular_skip = nn.Linear(c.in_features, 1, bias=False) if c.modular and c.modular_skip else None
+        if self.modular_skip is not None:
+            nn.init.zeros_(self.modular_skip.weight)
         # Set by from_pretrained / save_pretrained: settings stored beside the weights
         # (e.g. how features were built), so inference can reproduce them.
         self.extra: dict[str, Any] = {}
@@ -196,11 +235,23 @@ class DGN(nn.Module):
             H = H * mask.unsqueeze(-1).to(H.dtype)
         return H  # type: ignore[no-any-return]
 
-    def modular_scores(self, H: Tensor) -> Tensor | None:
-        """``(B, N)`` learned per-item bonus ``beta`` (None without a modular term)."""
+    def modular_scores(self, H: Tensor, features: Tensor | None = None) -> Tensor | None:
+        """``(B, N)`` learned per-item bonus ``beta`` (None without a modular term).
+
+        Args:
+            H: ``(B, N, E)`` the encoding.
+            features: ``(B, N, F)`` the input features (read only with ``modular_skip``).
+        """
         if self.modular is None:
             return None
-        return self.modular(H).squeeze(-1)  # type: ignore[no-any-return]
+        z = self.modular(H).squeeze(-1)  # (B, N)
+        if self.modular_skip is not None:
+            if features is None:
+                raise ValueError("a model with modular_skip needs the input features")
+            z = z + self.modular_skip(features).squeeze(-1)
+        if self.config.modular_activation == "softplus":
+            return torch.nn.functional.softplus(z)
+        return z  # type: ignore[no-any-return]
 
     def select(
         self, features: Any, mask: Any = None, steps: int | None = None, return_step_gains: bool = False
@@ -213,7 +264,7 @@ class DGN(nn.Module):
         """
         X, valid = self._inputs(features, mask)
         H = self.encode(X, valid)
-        beta = self.modular_scores(H)
+        beta = self.modular_scores(H, X)
         K = self.config.steps if steps is None else steps
         sel = greedy_select(H, K, self.objective, valid, modular=beta, return_step_gains=return_step_gains)
         return H, beta, sel
@@ -241,27 +292,12 @@ class DGN(nn.Module):
             A :class:`DGNOutput` (batched; unbatched input is given a batch of 1).
         """
         X, valid = self._inputs(features, mask)
-        K = self.config.steps if steps is None else steps
         H = self.encode(X, valid)  # (B, N, E)
-        beta = self.modular_scores(H)  # (B, N) or None
-        tau = self.config.tau
-        if self.training:
-            out = soft_greedy_select(H, K, self.objective, tau, valid, self.config.relaxation, modular=beta)
-            return DGNOutput(out.logits, out.distributions, out.indices, out.gains, out.valid, H)
-        sel = greedy_select(H, K, self.objective, valid, modular=beta, return_step_gains=True)
-        assert sel.step_gains is not None, "naive greedy returns step gains when asked"
-        logits = sel.step_gains / tau  # (B, K, N), -inf where unavailable
-        finite_row = torch.isfinite(sel.step_gains).any(-1, keepdim=True)
-        # softmax of (g - max g) / tau: the same distribution, and no overflow at tiny tau
-        if sel.step_gains.shape[-1] == 0:  # no candidates at all
-            top = sel.step_gains.new_zeros(*sel.step_gains.shape[:-1], 1)
-        else:
-            top = sel.step_gains.amax(-1, keepdim=True)
-        shifted = sel.step_gains - torch.where(finite_row, top, torch.zeros_like(top))
-        shifted = torch.where(shifted == 0, shifted, shifted / tau)
-        dists = torch.softmax(torch.where(finite_row, shifted, torch.zeros_like(shifted)), -1)
-        dists = dists * finite_row.to(dists.dtype)
-        return DGNOutput(logits, dists, sel.indices, sel.gains, sel.valid, H)
+        beta = self.modular_scores(H, X)  # (B, N) or None
+        K = self.config.steps if steps is None else steps
+        # tau from the config at call time: training anneals it by replacing the config
+        out = self.greedy(H, valid, beta, K, tau=self.config.tau)
+        return DGNOutput(out.logits, out.distributions, out.indices, out.gains, out.valid, H)
 
     def num_parameters(self) -> int:
         """The number of trainable parameters."""
@@ -374,6 +410,27 @@ class DGN(nn.Module):
         model.extra = extra
         model.eval()
         return model
+
+
+def _drop_shared_keys(module: nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:
+    """State-dict hook: drop the greedy layer's copy of the shared objective's tensors."""
+    for key in [k for k in state_dict if k.startswith(prefix + "greedy.")]:
+        del state_dict[key]
+
+
+def _alias_shared_keys(
+    module: nn.Module,
+    state_dict: dict[str, Any],
+    prefix: str,
+    local_metadata: Any,
+    strict: bool,
+    missing_keys: list[str],
+    unexpected_keys: list[str],
+    error_msgs: list[str],
+) -> None:
+    """Load pre-hook: the greedy layer's shared objective loads from ``objective.*``."""
+    for key in [k for k in state_dict if k.startswith(prefix + "objective.")]:
+        state_dict[prefix + "greedy." + key[len(prefix):]] = state_dict[key]
 
 
 def _read_config_json(config_path: Path) -> Any:

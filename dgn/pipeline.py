@@ -1,7 +1,8 @@
 """From selection JSONL files to model inputs: featurizing, caching and batching.
 
-A :class:`Featurizer` turns each problem into the paper's ``X[v] = q * s_v`` (mean-pooled
-word vectors, Powers et al. 2018, sec. 4), standardised per dimension with statistics of
+A :class:`Featurizer` turns each problem into features from a set of blocks (the paper's
+``X[v] = q * s_v`` from mean-pooled word vectors, Powers et al. 2018, sec. 4; lexical
+match scores; a pretrained sentence encoder), standardised per column with statistics of
 the training set. Features live in an on-disk, memory-mapped cache
 (:class:`dgn.features.FeatureCache`) keyed by the data file's content and the featurizer
 settings, and :class:`SelectionDataset` streams padded batches from it, so nothing needs
@@ -58,32 +59,84 @@ def read_infos(path: str | os.PathLike[str]) -> list[ProblemInfo]:
     ]
 
 
+class _Concat:
+    """Per-problem concatenation of several memory-mapped feature blocks (read on access)."""
+
+    def __init__(self, parts: Sequence[Any]) -> None:
+        self.parts = list(parts)
+        sizes = {len(p) for p in self.parts}
+        if len(sizes) > 1:
+            raise DgnUserError(f"feature blocks disagree on the number of problems: {sorted(sizes)}")
+
+    def __len__(self) -> int:
+        return len(self.parts[0])
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if len(self.parts) == 1:
+            return self.parts[0][i]  # type: ignore[no-any-return]
+        return np.concatenate([np.asarray(p[i], dtype=np.float32) for p in self.parts], axis=1)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(len(self)):
+            yield self[i]
+
+
 class Featurizer:
-    """Claim-sentence features ``X[v] = q * s_v`` from word vectors, standardised.
+    """Claim-sentence features from a set of feature blocks, standardised per column.
+
+    The blocks (:mod:`dgn.features.family`) are ``wordvec`` (the paper's ``q * s_v`` from
+    word vectors), ``lexical`` (exact-match scores) and ``sentence`` (a pretrained sentence
+    encoder); their columns are concatenated in the order given.
 
     Args:
-        vectors_path: A fastText ``.vec`` / ``.vec.gz`` text file or ``.bin`` model.
-        expected_dim: Reject vectors of another dimension (e.g. a model's ``in_features``).
+        vectors_path: A fastText ``.vec`` / ``.vec.gz`` text file or ``.bin`` model
+            (needed by ``wordvec`` only).
+        features: Block names, e.g. ``("sentence", "lexical")`` (default: ``("wordvec",)``,
+            the paper's features).
+        encoder_model: The ``sentence`` block's encoder (default all-MiniLM-L6-v2).
+        expected_dim: Reject word vectors of another dimension.
         cache_dir: Where feature caches live (default :func:`default_cache_dir`).
-        mean: Per-dimension mean to subtract (set by :meth:`fit_scaler` or a checkpoint).
-        std: Per-dimension standard deviation to divide by.
+        mean: Per-column mean to subtract (set by :meth:`fit_scaler` or a checkpoint).
+        std: Per-column standard deviation to divide by.
     """
 
     def __init__(
         self,
-        vectors_path: str | os.PathLike[str],
+        vectors_path: str | os.PathLike[str] | None = None,
         *,
+        features: Sequence[str] = ("wordvec",),
+        encoder_model: str | os.PathLike[str] | None = None,
         expected_dim: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         progress: bool = True,
     ) -> None:
-        from dgn.features import WordVectors
+        from dgn.features.family import (
+            LexicalBlock,
+            SentenceBlock,
+            WordvecBlock,
+            parse_feature_names,
+        )
 
-        self.vectors_path = Path(vectors_path)
-        self.vectors = WordVectors.load(self.vectors_path, expected_dim=expected_dim)
-        self.dim = self.vectors.dim
+        self.features = parse_feature_names(list(features))
+        self.vectors_path = None if vectors_path is None else Path(vectors_path)
+        self.vectors: Any = None
+        self.encoder_model = None if encoder_model is None else str(encoder_model)
+        self.blocks: list[Any] = []
+        for name in self.features:
+            if name == "wordvec":
+                if self.vectors_path is None:
+                    raise DgnUserError("the wordvec features need word vectors: pass --vectors PATH")
+                from dgn.features import WordVectors
+
+                self.vectors = WordVectors.load(self.vectors_path, expected_dim=expected_dim)
+                self.blocks.append(WordvecBlock(self.vectors))
+            elif name == "lexical":
+                self.blocks.append(LexicalBlock())
+            else:
+                self.blocks.append(SentenceBlock(self.encoder_model))
+        self.dim = sum(b.dim for b in self.blocks)
         self.cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         self.progress = progress
         self.mean = None if mean is None else np.asarray(mean, dtype=np.float32)
@@ -91,40 +144,56 @@ class Featurizer:
         for name, arr in (("mean", self.mean), ("std", self.std)):
             if arr is not None and arr.shape != (self.dim,):
                 raise DgnUserError(
-                    f"featurizer {name} has {arr.shape[0]} values but the vectors have dimension {self.dim}"
+                    f"featurizer {name} has {arr.shape[0]} values but the features have dimension {self.dim}"
                 )
 
     def cache_settings(self) -> dict[str, Any]:
-        """Settings that identify the raw (unstandardised) features in the cache."""
-        from dgn.features import featurizer_settings
+        """Settings that identify the raw (unstandardised) features, block by block."""
+        return {b.name: b.cache_settings() for b in self.blocks}
 
-        return featurizer_settings(self.vectors)
+    def columns(self) -> list[str]:
+        """The name of every column, in order."""
+        return [c for b in self.blocks for c in b.columns()]
 
     def raw(self, data_path: str | os.PathLike[str]) -> Any:
-        """The memory-mapped raw features of every problem of ``data_path`` (cached)."""
+        """The raw features of every problem of ``data_path``: each block memory-mapped from its cache."""
         from dgn.data import read_problems
-        from dgn.features import FeatureCache, claim_sentence_features
-
-        def build() -> Iterator[tuple[str, np.ndarray]]:
-            for p in read_problems(data_path):
-                yield p.id, claim_sentence_features(p.query, p.candidates, self.vectors)
+        from dgn.features import FeatureCache
 
         cache = FeatureCache(self.cache_dir)
-        return cache.get_or_build(data_path, self.cache_settings(), build, progress=self.progress)
+        parts = []
+        for block in self.blocks:
 
-    def fit_scaler(self, data_path: str | os.PathLike[str]) -> None:
-        """Set the per-dimension mean and std from the raw features of ``data_path``."""
-        raw = self.raw(data_path)
+            def build(block: Any = block) -> Iterator[tuple[str, np.ndarray]]:
+                problems = list(read_problems(data_path))
+                for p, x in zip(problems, block.build(problems, self.progress), strict=True):
+                    yield p.id, x
+
+            parts.append(cache.get_or_build(data_path, block.cache_settings(), build, progress=self.progress))
+        return _Concat(parts)
+
+    def problem_features(self, query: str, candidates: Sequence[str]) -> np.ndarray:
+        """The raw ``(N, F)`` features of one problem, computed directly (no cache)."""
+        from types import SimpleNamespace
+
+        problem = SimpleNamespace(query=query, candidates=list(candidates))
+        parts = [next(iter(b.build([problem], False))) for b in self.blocks]
+        return np.concatenate([np.asarray(x, dtype=np.float32) for x in parts], axis=1)
+
+    def fit_scaler(self, data_path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> None:
+        """Set the per-column mean and std from the raw features of ``data_path`` (one file or several)."""
+        paths = [data_path] if isinstance(data_path, (str, os.PathLike)) else list(data_path)
         total = np.zeros(self.dim, dtype=np.float64)
         sq = np.zeros(self.dim, dtype=np.float64)
         count = 0
-        for x in raw:
-            x64 = np.asarray(x, dtype=np.float64)
-            total += x64.sum(0)
-            sq += (x64 * x64).sum(0)
-            count += x64.shape[0]
+        for path in paths:
+            for x in self.raw(path):
+                x64 = np.asarray(x, dtype=np.float64)
+                total += x64.sum(0)
+                sq += (x64 * x64).sum(0)
+                count += x64.shape[0]
         if count == 0:
-            raise DgnUserError(f"{data_path}: no candidates to fit the feature scaler on")
+            raise DgnUserError(f"{paths[0]}: no candidates to fit the feature scaler on")
         mean = total / count
         var = np.maximum(sq / count - mean * mean, 0.0)
         self.mean = mean.astype(np.float32)
@@ -137,11 +206,18 @@ class Featurizer:
             return np.asarray(x, dtype=np.float32)
         return ((np.asarray(x, dtype=np.float32) - self.mean) / self.std).astype(np.float32)
 
+    def describe(self) -> str:
+        """``"sentence (769) + lexical (8) = 777 features"``."""
+        return " + ".join(f"{b.name} ({b.dim})" for b in self.blocks) + f" = {self.dim} features"
+
     def settings(self) -> dict[str, Any]:
         """Everything needed to featurize again exactly as now (stored in checkpoints)."""
         return {
-            "kind": "word_vectors_product",
-            "vectors": str(self.vectors_path.resolve()),
+            "kind": "feature_set",
+            "features": list(self.features),
+            "vectors": None if self.vectors_path is None else str(self.vectors_path.resolve()),
+            "encoder_model": self.encoder_model,
+            "wordvec_dim": None if self.vectors is None else int(self.vectors.dim),
             "dim": self.dim,
             "cache": self.cache_settings(),
             "mean": None if self.mean is None else [float(v) for v in self.mean],
@@ -157,24 +233,38 @@ class Featurizer:
         cache_dir: str | os.PathLike[str] | None = None,
         progress: bool = True,
     ) -> Featurizer:
-        """Rebuild the featurizer a checkpoint recorded (optionally with moved vectors)."""
-        if not isinstance(settings, dict) or settings.get("kind") != "word_vectors_product":
+        """Rebuild the featurizer a checkpoint recorded (optionally with moved vectors).
+
+        Reads ``"feature_set"`` settings and the ``"word_vectors_product"`` settings of
+        checkpoints written before feature sets existed (``wordvec`` alone).
+        """
+        kind = settings.get("kind") if isinstance(settings, dict) else None
+        if kind not in FEATURIZER_KINDS:
             raise DgnUserError("checkpoint has no featurizer settings (field 'extra.featurizer')")
+        features = ["wordvec"] if kind == "word_vectors_product" else settings.get("features") or []
         path = vectors_path if vectors_path is not None else settings.get("vectors")
-        if not path:
-            raise DgnUserError("checkpoint records no vectors file: pass --vectors")
-        if not Path(path).exists():
-            raise DgnUserError(
-                f"vectors file {path} recorded in the checkpoint does not exist: pass --vectors PATH"
-            )
+        if "wordvec" in features:
+            if not path:
+                raise DgnUserError("checkpoint records no vectors file: pass --vectors")
+            if not Path(path).exists():
+                raise DgnUserError(
+                    f"vectors file {path} recorded in the checkpoint does not exist: pass --vectors PATH"
+                )
+        wordvec_dim = settings.get("dim") if kind == "word_vectors_product" else settings.get("wordvec_dim")
         return cls(
-            path,
-            expected_dim=settings.get("dim"),
+            path if "wordvec" in features else None,
+            features=features,
+            encoder_model=settings.get("encoder_model"),
+            expected_dim=wordvec_dim,
             cache_dir=cache_dir,
             mean=settings.get("mean"),
             std=settings.get("std"),
             progress=progress,
         )
+
+
+#: Featurizer settings kinds a checkpoint may record.
+FEATURIZER_KINDS = ("feature_set", "word_vectors_product")
 
 
 @dataclass
@@ -202,9 +292,9 @@ class SelectionDataset:
     Args:
         data_path: A selection JSONL file.
         featurizer: The :class:`Featurizer` (its raw features are cached on disk).
-        max_candidates: Truncate problems to this many candidates when batching for
-            training (the file's order is already shuffled at conversion time);
-            evaluation always uses every candidate.
+        max_candidates: Cap training problems at this many candidates: every gold one
+            plus seeded random negatives (:meth:`training_candidates`); evaluation always
+            uses every candidate.
     """
 
     def __init__(
@@ -228,28 +318,47 @@ class SelectionDataset:
         """``(N_i, F)`` standardised features of problem ``i``."""
         return self.featurizer.transform(self.raw[i])
 
+    def training_candidates(self, i: int) -> np.ndarray:
+        """The candidates of problem ``i`` a training batch keeps under ``max_candidates``.
+
+        Every gold candidate, plus negatives drawn without replacement (seeded by the
+        problem's position, so every epoch and a resumed run see the same ones) up to
+        ``max_candidates`` in all, in the file's order. All candidates when the problem has
+        no more than ``max_candidates``.
+        """
+        n = self.infos[i].num_candidates
+        if self.max_candidates is None or n <= self.max_candidates:
+            return np.arange(n)
+        gold = sorted({v for g in self.infos[i].gold for v in g if v < n})
+        negatives = np.setdiff1d(np.arange(n), np.asarray(gold, dtype=np.int64))
+        room = max(0, self.max_candidates - len(gold))
+        drawn = np.random.default_rng(i).choice(negatives, size=min(room, len(negatives)), replace=False)
+        return np.sort(np.concatenate([np.asarray(gold, dtype=np.int64), drawn]))
+
     def batch(self, indices: Sequence[int], truncate: bool = False) -> Batch:
-        """Pad the problems ``indices`` into one :class:`Batch`."""
-        feats = [self.features(i) for i in indices]
-        if truncate and self.max_candidates is not None:
-            feats = [f[: self.max_candidates] for f in feats]
+        """Pad the problems ``indices`` into one :class:`Batch`.
+
+        ``truncate`` keeps only :meth:`training_candidates` of each problem (training).
+        """
+        keeps = [
+            self.training_candidates(i) if truncate else np.arange(self.infos[i].num_candidates) for i in indices
+        ]
+        feats = [self.features(i)[keep] if truncate else self.features(i) for i, keep in zip(indices, keeps, strict=True)]
         n_max = max((f.shape[0] for f in feats), default=0)
         B, F = len(indices), self.featurizer.dim
         X = np.zeros((B, n_max, F), dtype=np.float32)
         mask = np.zeros((B, n_max), dtype=bool)
         gold = np.zeros((B, n_max), dtype=bool)
         rel = np.zeros((B, n_max), dtype=np.float32)
-        for b, (i, f) in enumerate(zip(indices, feats, strict=True)):
+        for b, (i, f, keep) in enumerate(zip(indices, feats, keeps, strict=True)):
             n = f.shape[0]
             X[b, :n] = f
             mask[b, :n] = True
             info = self.infos[i]
-            for group in info.gold:
-                for v in group:
-                    if v < n:
-                        gold[b, v] = True
+            gold_items = {v for group in info.gold for v in group}
+            gold[b, :n] = [int(v) in gold_items for v in keep]
             if info.relevance is not None:
-                rel[b, :n] = np.asarray(info.relevance[:n], dtype=np.float32)
+                rel[b, :n] = np.asarray(info.relevance, dtype=np.float32)[keep]
             else:
                 rel[b, :n] = gold[b, :n]
         return Batch(

@@ -62,7 +62,10 @@ class TrainConfig:
             annealing used 0.9; 1.0 keeps it fixed, which the paper settled on).
         pos_weight: Weight of positive items in the encoders' BCE; None: the ratio of
             negatives to positives in the training set.
-        max_candidates: Truncate training problems to this many candidates.
+        max_candidates: Cap each training problem at this many candidates: its gold ones
+            plus seeded random negatives (:meth:`dgn.pipeline.SelectionDataset.training_candidates`).
+            Evaluation always sees every candidate. 64 leaves FM2 (at most 12) untouched
+            and bounds a WiCE batch (up to 1,131 candidates) at 64 columns.
         eval_ks: Cutoffs of the dev recall that selects the best epoch (their mean).
     """
 
@@ -75,7 +78,7 @@ class TrainConfig:
     loss: str = "layerwise"
     tau_decay: float = 1.0
     pos_weight: float | None = None
-    max_candidates: int | None = None
+    max_candidates: int | None = 64
     eval_ks: tuple[int, ...] = (1, 3, 5, 7)
 
     def __post_init__(self) -> None:

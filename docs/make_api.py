@@ -9,6 +9,7 @@ from pathlib import Path
 SECTIONS = [
     ("Objectives", "dgn.objectives", ["SCMM", "FacilityLocation", "Objective", "concave", "make_objective"]),
     ("Greedy", "dgn.greedy", ["greedy_select", "soft_greedy_select", "Selection", "SoftSelection"]),
+    ("Greedy layer", "dgn.layer", ["GreedyLayer"]),
     ("Encoders", "dgn.encoder", ["Encoder", "DeepEncoder"]),
     ("Model", "dgn.model", ["DGNConfig", "DGN", "DGNOutput"]),
     ("Losses", "dgn.losses", ["layerwise_cross_entropy", "soft_label_cross_entropy",

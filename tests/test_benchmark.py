@@ -58,7 +58,7 @@ def _run(workspace: Path, out: str) -> dict:
         vectors=workspace / "vectors.vec",
         output=workspace / out,
         data_dir=workspace / "data",
-        settings=BenchmarkSettings(epochs=2),
+        settings=BenchmarkSettings(epochs=2, seeds=(0, 1), features=("wordvec", "lexical")),
         cache_dir=workspace / "cache",
         progress=False,
     )
@@ -66,11 +66,21 @@ def _run(workspace: Path, out: str) -> dict:
 
 def test_benchmark_runs_every_model_writes_reports_and_reproduces(workspace):
     first = _run(workspace, "run1")
-    assert list(first["models"]) == list(MODEL_NAMES)
+    # no sentence block: no sentence-cosine row; the TF-IDF row names the configuration chosen on dev
+    expected = [f"TF-IDF ({first['tfidf_config']})" if m == "TF-IDF" else m for m in MODEL_NAMES if m != "Sentence cosine"]
+    assert list(first["models"]) == expected
     assert first["splits"] == {"train": 48, "dev": 12, "test": 40}
-    for row in first["models"].values():
+    assert first["feature_dim"] == 8 + 8
+    for name, row in first["models"].items():
         for k in (1, 3, 5, 7):
             assert 0.0 <= row["metrics"][f"recall@{k}"] <= 1.0
+        trained = name in ("Encoder", "DeepEncoder", "DGN")
+        assert (row["sd"] is not None) == trained, name
+        if trained:  # the mean and sd are those of the per-seed runs
+            runs = [r["recall@1"] for r in row["per_seed"]]
+            assert len(runs) == 2
+            assert row["metrics"]["recall@1"] == pytest.approx(sum(runs) / 2)
+            assert row["sd"]["recall@1"] == pytest.approx(abs(runs[0] - runs[1]) / 2**0.5)
     for name in ("results.json", "results.md", "recall_precision.png"):
         assert (workspace / "run1" / name).stat().st_size > 0
     table = (workspace / "run1" / "results.md").read_text()
@@ -79,10 +89,11 @@ def test_benchmark_runs_every_model_writes_reports_and_reproduces(workspace):
     from dgn import DGN
 
     model = DGN.from_pretrained(workspace / "run1" / "dgn-model")
-    assert model.extra["featurizer"]["dim"] == 8
+    assert model.extra["featurizer"]["dim"] == 16
+    assert model.extra["featurizer"]["features"] == ["wordvec", "lexical"]
     # same command, same seed: the same numbers
     second = _run(workspace, "run2")
-    for name in MODEL_NAMES:
+    for name in first["models"]:
         assert first["models"][name]["metrics"] == second["models"][name]["metrics"], name
 
 

@@ -93,7 +93,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     w["model"] = root / "model"
     proc = run_dgn(
         [
-            "train", "--train", w["train"], "--dev", w["dev"], "--vectors", w["vec8"],
+            "train", "--train", w["train"], "--dev", w["dev"], "--vectors", w["vec8"], "--features", "wordvec",
             "--output", w["model"], "--epochs", 2, "--encoded-features", 4,
             "--hidden-features", 8, "--steps", STEPS, "--batch-size", 8, "--quiet",
         ],

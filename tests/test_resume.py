@@ -41,7 +41,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _train_args(w: dict[str, Path], out: Path, epochs: int) -> list[Any]:
     return [
-        "train", "--train", w["train"], "--dev", w["dev"], "--vectors", w["vec"],
+        "train", "--train", w["train"], "--dev", w["dev"], "--vectors", w["vec"], "--features", "wordvec",
         "--output", out, "--epochs", epochs, *TUNING,
     ]
 

@@ -42,7 +42,7 @@ def build_config(factory: Callable[..., T], overrides: Mapping[str, Any], option
 
 
 #: Featurizer kinds a checkpoint may record (``extra.featurizer.kind``).
-FEATURIZER_KINDS = ("word_vectors_product",)
+FEATURIZER_KINDS = ("feature_set", "word_vectors_product")
 
 
 def require_file(path: str | os.PathLike[str], option: str) -> None:
@@ -138,23 +138,25 @@ def load_featurizer(
             f"{model_dir}: field 'extra.featurizer.kind': unknown featurizer {kind!r}; "
             f"this dgn knows {', '.join(FEATURIZER_KINDS)}"
         )
-    if vectors is not None:
-        require_file(vectors, "--vectors")
-    else:
-        # A model directory moved together with the vectors `dgn train` trained into it.
-        recorded, local = settings.get("vectors"), Path(model_dir) / "vectors.bin"
-        if recorded and not Path(recorded).exists() and local.is_file():
-            vectors = str(local)
-        elif not recorded or not isinstance(recorded, str):
-            raise DgnUserError(
-                f"{model_dir}: field 'extra.featurizer.vectors': no vectors file recorded; "
-                "pass --vectors PATH"
-            )
-        elif not Path(recorded).is_file():
-            raise DgnUserError(
-                f"{model_dir}: the vectors file {recorded} recorded in the checkpoint is "
-                "missing; pass --vectors PATH"
-            )
+    uses_vectors = kind == "word_vectors_product" or "wordvec" in (settings.get("features") or [])
+    if uses_vectors:
+        if vectors is not None:
+            require_file(vectors, "--vectors")
+        else:
+            # A model directory moved together with the vectors `dgn train` trained into it.
+            recorded, local = settings.get("vectors"), Path(model_dir) / "vectors.bin"
+            if recorded and not Path(recorded).exists() and local.is_file():
+                vectors = str(local)
+            elif not recorded or not isinstance(recorded, str):
+                raise DgnUserError(
+                    f"{model_dir}: field 'extra.featurizer.vectors': no vectors file recorded; "
+                    "pass --vectors PATH"
+                )
+            elif not Path(recorded).is_file():
+                raise DgnUserError(
+                    f"{model_dir}: the vectors file {recorded} recorded in the checkpoint is "
+                    "missing; pass --vectors PATH"
+                )
     try:
         featurizer = Featurizer.from_settings(
             settings, vectors_path=vectors, cache_dir=cache_dir, progress=progress
@@ -165,8 +167,9 @@ def load_featurizer(
         raise DgnUserError(f"{model_dir}: field 'extra.featurizer': {exc}") from None
     if featurizer.dim != model.config.in_features:
         raise DgnUserError(
-            f"vectors file {featurizer.vectors_path} has dimension {featurizer.dim}, "
-            f"but the model in {model_dir} expects {model.config.in_features}"
+            f"the features ({featurizer.describe()}"
+            + (f", vectors file {featurizer.vectors_path}" if featurizer.vectors_path else "")
+            + f") do not match the model in {model_dir}, which expects {model.config.in_features}"
         )
     return featurizer
 

@@ -22,10 +22,33 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         ),
     )
     p.add_argument("--dataset", required=True, help="fm2 or wice")
-    p.add_argument("--vectors", required=True, help="word vectors, fastText .vec(.gz) or .bin")
+    p.add_argument(
+        "--features", default=None,
+        help="feature blocks, a comma list of wordvec, lexical, sentence (default: sentence,lexical "
+        "when the 'encoders' extra is installed, else wordvec,lexical)",
+    )
+    p.add_argument("--encoder-model", default=None, help="the sentence block's encoder (default: all-MiniLM-L6-v2)")
+    p.add_argument(
+        "--vectors", default=None,
+        help="word vectors, fastText .vec(.gz) or .bin: the wordvec block and the 'Embedding cosine' row",
+    )
     p.add_argument("--output", required=True, help="directory for the data splits, models and reports")
     add_common_data_dir(p)
-    p.add_argument("--seed", type=types["nonnegative_int"], default=None, help="shuffle, split and training seed (default: 0)")
+    p.add_argument("--seed", type=types["nonnegative_int"], default=None, help="shuffle and split seed (default: 0)")
+    p.add_argument(
+        "--seeds", default=None,
+        help="training seeds, a comma list; trained rows report mean and sd over them (default: 0,1,2)",
+    )
+    p.add_argument("--folds", type=types["positive_int"], default=None, help="cross-validate with this many folds")
+    p.add_argument(
+        "--finetune-encoder", action="store_true",
+        help="add the end-to-end rows: the sentence encoder fine-tuned under the DGN and under a listwise "
+        "loss (about 7 minutes per seed and row on FM2 with 2 CPU cores)",
+    )
+    p.add_argument(
+        "--ablation", action="store_true",
+        help="add the DGN's objective ablations: coverage only (no modular term), modular only (no coverage)",
+    )
     p.add_argument("--epochs", type=types["positive_int"], default=None, help="maximum epochs (default: dgn.train.TrainConfig's)")
     p.add_argument("--cache-dir", default=None, help="feature cache (default: $DGN_CACHE_DIR, else ~/.cache/dgn)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -39,7 +62,8 @@ def _benchmark(args: argparse.Namespace) -> int:
     from dgn.errors import DgnUserError
 
     # Checks that need neither torch nor the data, first.
-    require_file(args.vectors, "--vectors")
+    if args.vectors is not None:
+        require_file(args.vectors, "--vectors")
     require_output_dir(args.output, "--output")
     require_output_dir(args.cache_dir, "--cache-dir")
 
@@ -50,7 +74,32 @@ def _benchmark(args: argparse.Namespace) -> int:
             f"--dataset {args.dataset}: unknown benchmark dataset; choose from "
             f"{', '.join(sorted(DATASET_SPLITS))}"
         )
-    overrides = {k: v for k, v in (("seed", args.seed), ("epochs", args.epochs)) if v is not None}
+    from dgn.benchmark import EXTRA_MODELS, MODEL_NAMES
+    from dgn.features.family import parse_feature_names
+
+    overrides: dict[str, object] = {k: v for k, v in (("seed", args.seed), ("epochs", args.epochs), ("folds", args.folds)) if v is not None}
+    if args.seeds is not None:
+        try:
+            seeds = tuple(int(t) for t in args.seeds.split(",") if t.strip())
+        except ValueError:
+            raise DgnUserError(f"--seeds {args.seeds}: expected a comma list of integers, e.g. 0,1,2") from None
+        if not seeds or min(seeds) < 0:
+            raise DgnUserError(f"--seeds {args.seeds}: expected a comma list of nonnegative integers")
+        overrides["seeds"] = seeds
+    if args.folds is not None and args.folds < 2:
+        raise DgnUserError(f"--folds {args.folds}: cross-validation needs at least 2 folds")
+    if args.features is not None:
+        overrides["features"] = parse_feature_names(args.features)
+        if "wordvec" in overrides["features"] and args.vectors is None:  # type: ignore[operator]
+            raise DgnUserError("--features wordvec: needs --vectors PATH")
+    if args.encoder_model is not None:
+        overrides["encoder_model"] = args.encoder_model
+    models = list(MODEL_NAMES)
+    if args.ablation:
+        models += [m for m in EXTRA_MODELS if m.startswith("DGN (")]
+    if args.finetune_encoder:
+        models += ["Fine-tuned encoder", "DGN end to end"]
+    overrides["models"] = tuple(models)
     settings = replace(BenchmarkSettings(), **overrides)
     results = run_benchmark(
         args.dataset,

@@ -61,8 +61,17 @@ def _explain(args: argparse.Namespace) -> int:
     if args.vectors is not None:
         require_file(args.vectors, "--vectors")
     problem = _find_problem(args.data, args.id)
-    model = load_model(args.model)
-    featurizer = load_featurizer(model, args.model, vectors=args.vectors, cache_dir=None, progress=False)
+    from dgn.sentence.finetune import is_end_to_end_model
+
+    if is_end_to_end_model(args.model):
+        from dgn.sentence import EndToEndFeatures, EndToEndSelector
+
+        selector = EndToEndSelector.from_pretrained(args.model)
+        featurizer: Any = EndToEndFeatures(selector)
+        model = selector.dgn
+    else:
+        model = load_model(args.model)
+        featurizer = load_featurizer(model, args.model, vectors=args.vectors, cache_dir=None, progress=False)
     expl = explain_problem(model, featurizer, problem, steps=args.steps, runners_up=args.runners_up)
     if args.png is not None:
         plot_explanation(expl, args.png)

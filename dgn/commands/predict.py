@@ -82,6 +82,11 @@ def _predict(args: argparse.Namespace) -> int:
         require_file(args.vectors, "--vectors")
     validate_problems(args.data, "--data")
 
+    from dgn.sentence.finetune import is_end_to_end_model
+
+    if is_end_to_end_model(args.model):
+        return _predict_end_to_end(args)
+
     from dgn.pipeline import SelectionDataset
 
     model = load_model(args.model)
@@ -91,5 +96,20 @@ def _predict(args: argparse.Namespace) -> int:
     data = SelectionDataset(args.data, featurizer)
     k = args.k if args.k is not None else model.config.steps
     n = write_predictions(args.output, predict_dataset(model, data, k, args.batch_size))
+    print(f"{args.output}: {n} predictions (k = {k})")
+    return 0
+
+
+def _predict_end_to_end(args: argparse.Namespace) -> int:
+    """Predictions of a model written by ``dgn train --finetune-encoder`` (no feature cache: the encoder runs)."""
+    from dgn.data import Prediction, read_problems, write_predictions
+    from dgn.sentence import EndToEndSelector, rank_problems
+
+    model = EndToEndSelector.from_pretrained(args.model)
+    k = args.k if args.k is not None else (model.dgn.config.steps if model.dgn is not None else 7)
+    top_l = (model.extra.get("finetune_config") or {}).get("top_l")
+    problems = list(read_problems(args.data))
+    rankings = rank_problems(model, problems, k, batch_size=args.batch_size, top_l=top_l, progress=not args.quiet)
+    n = write_predictions(args.output, (Prediction(p.id, r) for p, r in zip(problems, rankings, strict=True)))
     print(f"{args.output}: {n} predictions (k = {k})")
     return 0

