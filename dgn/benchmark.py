@@ -229,6 +229,11 @@ def run_benchmark(
         from dgn.sentence import resolve_model_path
 
         resolve_model_path(s.encoder_model)  # the extra must be there before any slow step
+    embedding_vectors = None
+    if vectors is not None:  # read once, first: a bad file fails before any slow step
+        from dgn.features import WordVectors
+
+        embedding_vectors = WordVectors.load(vectors)
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     if s.folds:
@@ -240,7 +245,7 @@ def run_benchmark(
               + (f"; {s.folds}-fold cross-validation" if s.folds else ""), flush=True)
 
     per_split = [
-        _run_split(paths, features, vectors, s, cache_dir, progress, out, save=(i == len(splits) - 1))
+        _run_split(paths, features, vectors, embedding_vectors, s, cache_dir, progress, out, save=(i == len(splits) - 1))
         for i, paths in enumerate(splits)
     ]
     # Pool the test problems of every split, then score: per seed for trained rows.
@@ -294,6 +299,7 @@ def _run_split(
     paths: dict[str, Path],
     features: tuple[str, ...],
     vectors: str | os.PathLike[str] | None,
+    embedding_vectors: Any,
     s: BenchmarkSettings,
     cache_dir: str | os.PathLike[str] | None,
     progress: bool,
@@ -361,8 +367,8 @@ def _run_split(
         rankings["BM25"] = [bm25_rankings(test_problems, kmax)]
     if "Sentence cosine" in s.models and "sentence" in features:
         rankings["Sentence cosine"] = [column_rankings("sentence_cosine")]
-    if "Embedding cosine" in s.models and featurizer.vectors is not None:
-        rankings["Embedding cosine"] = [cosine_rankings(test_problems, featurizer.vectors, kmax)]
+    if "Embedding cosine" in s.models and embedding_vectors is not None:
+        rankings["Embedding cosine"] = [cosine_rankings(test_problems, embedding_vectors, kmax)]
     if "SCMM greedy (untrained)" in s.models:
         # The paper's untrained objective: relu of the claim-sentence product (q * s).
         block = "wordvec_" if "wordvec" in features else "sentence_prod_" if "sentence" in features else None

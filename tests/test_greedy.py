@@ -359,7 +359,9 @@ def test_compiled_gains_equal_eager_greedy():
     fused = greedy_select(H3, 14, mask=mask3, compile=True)
     assert torch.equal(fused.indices, eager.indices)
     assert torch.equal(fused.valid, eager.valid)
-    assert torch.equal(fused.gains, eager.gains)
+    # The fused kernel may sum in another order than eager (it does on some CPUs): the
+    # picks and ties must agree exactly, the gains to the last few ulps.
+    torch.testing.assert_close(fused.gains, eager.gains, rtol=1e-12, atol=1e-12)
     assert fused.indices[0, 3:].eq(-1).all() and fused.indices[2].eq(-1).all()
 
 

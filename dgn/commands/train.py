@@ -363,21 +363,10 @@ def _finetune(
 
 
 def _combine(paths: list[str], target: Any) -> Any:
-    """Write the problems of several selection files into one (atomically); ids must not repeat."""
-    from dgn.data import read_problems, write_problems
-    from dgn.errors import DgnUserError
+    """Several training files as one (:func:`dgn.data.concat_problem_files`)."""
+    from dgn.data import concat_problem_files
 
-    seen: dict[str, str] = {}
-
-    def problems() -> Any:
-        for path in paths:
-            for p in read_problems(path):
-                if p.id in seen:
-                    raise DgnUserError(f"--train {path}: problem id {p.id!r} also occurs in {seen[p.id]}")
-                seen[p.id] = path
-                yield p
-
-    write_problems(target, problems())
+    concat_problem_files(paths, target)
     return target
 
 

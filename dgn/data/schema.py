@@ -45,6 +45,7 @@ __all__ = [
     "write_problems",
     "read_predictions",
     "write_predictions",
+    "concat_problem_files",
 ]
 
 _PROBLEM_FIELDS = ("id", "query", "candidates", "gold", "relevance", "meta")
@@ -589,3 +590,27 @@ def write_predictions(path: str | os.PathLike[str], predictions: Iterable[Predic
             or an unwritable location.
     """
     return _write_records(path, predictions, Prediction)
+
+
+def concat_problem_files(paths: Iterable[str | os.PathLike[str]], target: str | os.PathLike[str]) -> int:
+    """Write the problems of several selection files, in order, into one file (atomically).
+
+    Used to train one model on several datasets at once (``dgn train --train a --train b``).
+
+    Returns:
+        The number of problems written.
+
+    Raises:
+        DataError: A problem id occurs in two files (naming both), or a bad line.
+    """
+    seen: dict[str, str] = {}
+
+    def problems() -> Iterator[Problem]:
+        for path in paths:
+            for p in read_problems(path):
+                if p.id in seen:
+                    raise DataError(f"problem id {p.id!r} also occurs in {seen[p.id]}", path=str(path))
+                seen[p.id] = str(path)
+                yield p
+
+    return write_problems(target, problems())
