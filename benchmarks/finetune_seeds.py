@@ -29,12 +29,18 @@ def main() -> None:
     parser.add_argument("--tau", type=float, default=None, help="the DGN head's temperature (default: the init's)")
     parser.add_argument("--init", default="cosine", help="how the DGN head starts: cosine or coverage")
     parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--folds", type=int, default=None, help="cross-validate (WiCE) instead of the fixed splits")
+    parser.add_argument("--top-l", type=int, default=None, help="cut problems to their L BM25-best candidates")
     parser.add_argument("--output", default="runs/e2e")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--summary", action="store_true", help="only print the table of the runs in --output")
     args = parser.parse_args()
+    if args.summary:
+        print(summary(Path(args.output)))
+        return
     torch.set_num_threads(args.threads)
 
-    from dgn.benchmark import prepare_data
+    from dgn.benchmark import prepare_data, prepare_folds
     from dgn.data import read_problems
     from dgn.metrics import evaluate_rankings
     from dgn.sentence import (
@@ -50,36 +56,68 @@ def main() -> None:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     for seed in [int(s) for s in args.seeds.split(",")]:
-        paths = prepare_data(args.dataset, args.data_dir, out / f"data-{args.dataset}-{seed}", 0)
-        train, dev, test = (list(read_problems(paths[n])) for n in ("train", "dev", "test"))
+        if args.folds:
+            splits = prepare_folds(args.dataset, args.data_dir, out / f"data-{args.dataset}-folds", 0, args.folds)
+        else:
+            splits = [prepare_data(args.dataset, args.data_dir, out / f"data-{args.dataset}-{seed}", 0)]
         for head in args.heads.split(","):
-            tag = f"-{args.loss}-{args.init}" + (f"-tau{args.tau:g}" if args.tau else "")
-            name = f"{args.dataset}-{head}" + (tag if head == "dgn" else "") + f"-seed{seed}"
+            tag = f"-{args.loss}-{args.init}" + (f"-tau{args.tau:g}" if args.tau else "") if head == "dgn" else ""
+            cut = f"-top{args.top_l}" if args.top_l else ""
+            name = f"{args.dataset}{'-cv' + str(args.folds) if args.folds else ''}-{head}{tag}{cut}-seed{seed}"
             target = out / f"{name}.json"
             if target.exists():
                 continue
-            torch.manual_seed(seed)
-            encoder = load_sentence_model()
-            config = None
-            if head == "dgn" and args.tau:
-                config = replace(_default_dgn_config(embedding_dim(encoder), args.init), tau=args.tau)
-            model = EndToEndSelector(encoder, head, config, init=args.init)
-            ft = FinetuneConfig(seed=seed, loss=args.loss, epochs=args.epochs)
-            t0 = time.perf_counter()
-            result = finetune(model, train, dev, ft, progress=False)
-            t1 = time.perf_counter()
-            rankings = rank_problems(model, test, 7, progress=False)
-            t2 = time.perf_counter()
-            metrics = evaluate_rankings(rankings, [p.gold for p in test], ks=(1, 3, 5, 7))
+            rankings, golds, train_seconds, test_seconds, fits = [], [], 0.0, 0.0, []
+            for paths in splits:
+                train, dev, test = (list(read_problems(paths[n])) for n in ("train", "dev", "test"))
+                torch.manual_seed(seed)
+                encoder = load_sentence_model()
+                config = None
+                if head == "dgn" and args.tau:
+                    config = replace(_default_dgn_config(embedding_dim(encoder), args.init), tau=args.tau)
+                model = EndToEndSelector(encoder, head, config, init=args.init)
+                ft = FinetuneConfig(seed=seed, loss=args.loss, epochs=args.epochs, top_l=args.top_l)
+                t0 = time.perf_counter()
+                fits.append(finetune(model, train, dev, ft, progress=False).to_dict())
+                t1 = time.perf_counter()
+                rankings += rank_problems(model, test, 7, top_l=args.top_l, progress=False)
+                golds += [p.gold for p in test]
+                train_seconds += t1 - t0
+                test_seconds += time.perf_counter() - t1
+            metrics = evaluate_rankings(rankings, golds, ks=(1, 3, 5, 7), names=("recall", "precision", "f1", "strict"))
             record = {
-                "name": name, "head": head, "seed": seed, "finetune": asdict(ft), "result": result.to_dict(),
-                "test": metrics, "train_seconds": t1 - t0, "test_seconds": t2 - t1,
+                "name": name, "head": head, "seed": seed, "finetune": asdict(ft), "results": fits,
+                "result": fits[0], "test": metrics, "train_seconds": train_seconds, "test_seconds": test_seconds,
                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                "splits": [len(train), len(dev), len(test)],
+                "folds": args.folds, "top_l": args.top_l,
             }
             target.write_text(json.dumps(record, indent=2))
             print(name, " ".join(f"R@{k} {metrics[f'recall@{k}']:.3f} P@{k} {metrics[f'precision@{k}']:.3f}"
-                                 for k in (1, 3, 5, 7)), f"{t1 - t0:.0f}s", flush=True)
+                                 for k in (1, 3, 5, 7)), f"{train_seconds:.0f}s", flush=True)
+
+def summary(out: Path) -> str:
+    """Mean ± sd over seeds of every configuration whose runs are in ``out`` (one table per dataset)."""
+    import statistics
+    from collections import defaultdict
+
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for path in sorted(out.glob("*.json")):
+        record = json.loads(path.read_text())
+        groups[record["name"].rsplit("-seed", 1)[0]].append(record)
+    metrics = [f"{m}@{k}" for k in (1, 3, 5, 7) for m in ("recall", "precision")]
+    short = {"recall": "R", "precision": "P"}
+    lines = ["| run | seeds | train s (mean) | " + " | ".join(short[m.split("@")[0]] + "@" + m.split("@")[1] for m in metrics) + " |",
+             "|---|---|---:|" + "---:|" * len(metrics)]
+    for name, runs in groups.items():
+        cells = []
+        for m in metrics:
+            vals = [r["test"][m] for r in runs]
+            sd = f" ± {statistics.stdev(vals):.3f}" if len(vals) > 1 else ""
+            cells.append(f"{statistics.fmean(vals):.3f}{sd}")
+        seeds = ",".join(str(r["seed"]) for r in runs)
+        secs = statistics.fmean(r["train_seconds"] for r in runs)
+        lines.append(f"| {name} | {seeds} | {secs:.0f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -256,6 +256,9 @@ def run_benchmark(
 
     for name in names:
         label = per_split[0]["labels"].get(name, name)
+        if name == "TF-IDF" and len(per_split) > 1:
+            chosen = sorted({part["tfidf_config"] for part in per_split})
+            label = f"TF-IDF ({' / '.join(chosen)})" if len(chosen) > 1 else label
         runs = []
         n_runs = len(per_split[0]["rankings"][name])
         for r in range(n_runs):
@@ -282,7 +285,7 @@ def run_benchmark(
         "folds": s.folds,
         "features": list(features),
         "feature_dim": first["dim"],
-        "tfidf_config": first.get("tfidf_config"),
+        "tfidf_config": [part.get("tfidf_config") for part in per_split] if s.folds else first.get("tfidf_config"),
         "tfidf_dev_scores": first.get("tfidf_dev_scores"),
         "ks": list(s.ks),
         "splits": first["sizes"] if not s.folds else {"test": len(golds), "folds": s.folds},
@@ -445,7 +448,7 @@ def write_reports(results: dict[str, Any], out: Path) -> None:
     from dgn.data import atomic_write
 
     with atomic_write(out / "results.json") as fh:
-        json.dump(results, fh, indent=2, sort_keys=True)
+        json.dump(results, fh, indent=2)  # insertion order: the table's row order
         fh.write("\n")
     seeds = results.get("seeds") or [results["seed"]]
     how = (

@@ -165,9 +165,13 @@ class Featurizer:
         for block in self.blocks:
 
             def build(block: Any = block) -> Iterator[tuple[str, np.ndarray]]:
-                problems = list(read_problems(data_path))
-                for p, x in zip(problems, block.build(problems, self.progress), strict=True):
-                    yield p.id, x
+                # Streams: a block sees the problems in chunks, never the whole file at once.
+                from itertools import islice
+
+                problems = iter(read_problems(data_path))
+                while chunk := list(islice(problems, _BUILD_CHUNK)):
+                    for p, x in zip(chunk, block.build(chunk, self.progress), strict=True):
+                        yield p.id, x
 
             parts.append(cache.get_or_build(data_path, block.cache_settings(), build, progress=self.progress))
         return _Concat(parts)
@@ -263,6 +267,8 @@ class Featurizer:
         )
 
 
+#: Problems a feature block builds at a time (bounds memory on FEVER-size files).
+_BUILD_CHUNK = 4096
 #: Featurizer settings kinds a checkpoint may record.
 FEATURIZER_KINDS = ("feature_set", "word_vectors_product")
 

@@ -72,7 +72,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p.add_argument(
         "--features", default=None,
         help="feature blocks, a comma list of wordvec, lexical, sentence (default: sentence,lexical "
-        "when the 'encoders' extra is installed, else wordvec,lexical)",
+        "when the 'encoders' extra is installed, else wordvec,lexical; --vectors adds wordvec)",
     )
     p.add_argument(
         "--encoder-model", default=None,
@@ -216,12 +216,18 @@ def _train(args: argparse.Namespace) -> int:
             print(f"training on {len(train_files)} files together: {args.train}", flush=True)
     else:
         args.train = train_files[0]
+    if saved is not None and (args.features is not None or args.encoder_model is not None):
+        raise DgnUserError("--features, --encoder-model: a resumed run featurizes as it did; leave them out")
     if args.features is not None:
         features = parse_feature_names(args.features)
     else:
+        # The best set the installed extras allow; word vectors the user names join it.
         features = default_feature_names()
+        if args.vectors is not None and "wordvec" not in features:
+            features = ("wordvec", *features)
         if progress and saved is None:
-            print(f"features: {','.join(features)} (the default with the installed extras; --features to choose)", flush=True)
+            print(f"features: {','.join(features)} (the default with the installed extras"
+                  + (" and --vectors" if args.vectors is not None else "") + "; --features to choose)", flush=True)
     vectors = args.vectors
     if saved is not None:
         featurizer = Featurizer.from_settings(

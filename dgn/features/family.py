@@ -166,28 +166,40 @@ class SentenceBlock:
         # Embeddings of the texts encoded so far in this process, per encoder:
         # cross-validation folds and splits cut from one file share their texts, and each
         # is encoded once (up to _MEMO_LIMIT texts; later ones are encoded every time).
-        self._memo = _MEMOS.setdefault(self.model_path, {})
+        self._memo = _MEMOS.setdefault(self._weights_key(), {})
         self.dim = 2 * self._embedding_dim() + 1
+
+    def _weights_key(self) -> str:
+        """The model directory and its weights' size and mtime (a fine-tuned copy saved over it is another key)."""
+        from pathlib import Path
+
+        weights = sorted(Path(self.model_path).glob("*.safetensors")) or sorted(Path(self.model_path).glob("*.bin"))
+        stat = weights[0].stat() if weights else None
+        return f"{self.model_path}:{stat.st_size}:{stat.st_mtime_ns}" if stat else self.model_path
 
     def _embedding_dim(self) -> int:
         import json
         from pathlib import Path
 
-        cfg = Path(self.model_path) / "config.json"
+        root = Path(self.model_path)
         try:
-            return int(json.loads(cfg.read_text(encoding="utf-8"))["hidden_size"])
-        except (OSError, KeyError, ValueError):
+            modules = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+            if any("Dense" in str(m.get("type", "")) for m in modules):
+                raise KeyError("a Dense projection sets the size")  # load the model to ask it
+            return int(json.loads((root / "config.json").read_text(encoding="utf-8"))["hidden_size"])
+        except (OSError, KeyError, ValueError, TypeError, AttributeError):
             from dgn.sentence.encoder import embedding_dim
 
             return embedding_dim(self.model())
 
     def model(self) -> Any:
         """The loaded encoder (loaded on first use, once per process)."""
-        if self.model_path not in _MODELS:
+        key = self._weights_key()
+        if key not in _MODELS:
             from dgn.sentence.encoder import load_sentence_model
 
-            _MODELS[self.model_path] = load_sentence_model(self.model_path)
-        return _MODELS[self.model_path]
+            _MODELS[key] = load_sentence_model(self.model_path)
+        return _MODELS[key]
 
     def cache_settings(self) -> dict[str, Any]:
         from pathlib import Path

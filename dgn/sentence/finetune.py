@@ -61,6 +61,7 @@ INITS = ("cosine", "coverage")
 _HEAD_CONFIG = "selector.json"
 _HEAD_WEIGHTS = "head.safetensors"
 _ENCODER_DIR = "encoder"
+_RANK_CHUNK = 4096  # problems embedded at a time by rank_problems
 _FORMAT = "dgn-end-to-end"
 
 
@@ -324,28 +325,31 @@ def rank_problems(
     model.eval()
     cuts = [cut_candidates(p, top_l) for p in problems]
     problems = [c for c, _ in cuts]
+    rankings: list[list[int]] = []
     try:
-        texts = [t for p in problems for t in (p.query, *p.candidates)]
-        emb = torch.from_numpy(encode_texts(model.encoder, texts, progress=progress))
-        rankings: list[list[int]] = []
-        offsets = np.cumsum([0] + [1 + len(p.candidates) for p in problems])
-        for start in range(0, len(problems), batch_size):
-            chunk = range(start, min(start + batch_size, len(problems)))
-            N = max((len(problems[i].candidates) for i in chunk), default=0)
-            q = torch.stack([emb[offsets[i]] for i in chunk])
-            S = emb.new_zeros(len(chunk), N, emb.shape[1])
-            mask = torch.zeros(len(chunk), N, dtype=torch.bool)
-            for b, i in enumerate(chunk):
-                n = len(problems[i].candidates)
-                S[b, :n] = emb[offsets[i] + 1 : offsets[i] + 1 + n]
-                mask[b, :n] = True
-            if model.dgn is None:
-                scores = model.score(q, S, mask)
-                order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
-                picks = torch.where(mask.gather(1, order), order, torch.full_like(order, -1))
-            else:
-                picks = model.score(q, S, mask, steps=k).indices
-            rankings.extend([i for i in row if i >= 0] for row in picks.tolist())
+        # Embed a chunk of problems at a time (bounded memory on large files), every text once.
+        for chunk_start in range(0, len(problems), _RANK_CHUNK):
+            part = problems[chunk_start : chunk_start + _RANK_CHUNK]
+            texts = [t for p in part for t in (p.query, *p.candidates)]
+            emb = torch.from_numpy(encode_texts(model.encoder, texts, progress=progress))
+            offsets = np.cumsum([0] + [1 + len(p.candidates) for p in part])
+            for start in range(0, len(part), batch_size):
+                chunk = range(start, min(start + batch_size, len(part)))
+                N = max((len(part[i].candidates) for i in chunk), default=0)
+                q = torch.stack([emb[offsets[i]] for i in chunk])
+                S = emb.new_zeros(len(chunk), N, emb.shape[1])
+                mask = torch.zeros(len(chunk), N, dtype=torch.bool)
+                for b, i in enumerate(chunk):
+                    n = len(part[i].candidates)
+                    S[b, :n] = emb[offsets[i] + 1 : offsets[i] + 1 + n]
+                    mask[b, :n] = True
+                if model.dgn is None:
+                    scores = model.score(q, S, mask)
+                    order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
+                    picks = torch.where(mask.gather(1, order), order, torch.full_like(order, -1))
+                else:
+                    picks = model.score(q, S, mask, steps=k).indices
+                rankings.extend([i for i in row if i >= 0] for row in picks.tolist())
     finally:
         model.train(was_training)
     return [[index[i] for i in row] for row, (_, index) in zip(rankings, cuts, strict=True)]
@@ -514,6 +518,8 @@ def train_end_to_end(
     out.mkdir(parents=True, exist_ok=True)
     train_problems = list(read_problems(train))
     dev_problems = None if dev is None else list(read_problems(dev))
+    if dev_problems is not None and not any(any(p.gold) for p in dev_problems):
+        raise DgnUserError(f"--dev {dev}: no problem has gold evidence; cannot select epochs")
     torch.manual_seed(cfg.seed)
     model = EndToEndSelector(load_sentence_model(encoder_model), head)
     if progress:
@@ -532,9 +538,20 @@ def train_end_to_end(
     result = finetune(model, train_problems, dev_problems, cfg, on_best=save, progress=progress)
     history = {**result.to_dict(), **inputs, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     with atomic_write(out / "train_history.json") as fh:
-        json.dump(history, fh, indent=2, sort_keys=True, default=str)
+        json.dump(_finite(history), fh, indent=2, sort_keys=True, allow_nan=False)
         fh.write("\n")
     return result
+
+
+def _finite(value: Any) -> Any:
+    """JSON-ready copy: tuples as lists, NaN and infinities as None."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def is_end_to_end_model(directory: str | os.PathLike[str]) -> bool:
