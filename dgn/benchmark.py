@@ -35,6 +35,7 @@ from dgn.errors import DgnUserError
 
 __all__ = [
     "BenchmarkSettings",
+    "redundancy",
     "run_benchmark",
     "format_results",
     "prepare_data",
@@ -80,7 +81,8 @@ class BenchmarkSettings:
         ks: Cutoffs of the table.
         epochs: Maximum epochs (None: :class:`dgn.train.TrainConfig`'s).
         models: Rows to compute (see :data:`MODEL_NAMES` and the optional rows).
-        features: Feature blocks (None: :func:`dgn.features.family.default_feature_names`).
+        features: Feature blocks (None: :func:`dgn.features.family.default_feature_names`,
+            with ``wordvec`` in front when word vectors are given).
         encoder_model: The sentence block's encoder (None: all-MiniLM-L6-v2).
     """
 
@@ -178,6 +180,27 @@ def prepare_folds(
     return out
 
 
+def redundancy(rankings: Sequence[Sequence[int]], problems: Sequence[Any], k: int) -> float:
+    """Mean pairwise word overlap of the first ``k`` picks: how much the picks repeat each other.
+
+    For each problem, the Jaccard similarity of the token sets
+    (:func:`dgn.features.tokenize`) of every pair among its first ``k`` picks, averaged over
+    the pairs and then over the problems with at least two picks. 0: no shared word; 1:
+    identical sentences.
+    """
+    from itertools import combinations
+
+    from dgn.features import tokenize
+
+    per_problem = []
+    for ranking, problem in zip(rankings, problems, strict=True):
+        sets = [set(tokenize(problem.candidates[v])) for v in ranking[:k]]
+        pairs = [len(a & b) / len(a | b) if a | b else 1.0 for a, b in combinations(sets, 2)]
+        if pairs:
+            per_problem.append(sum(pairs) / len(pairs))
+    return float(statistics.fmean(per_problem)) if per_problem else 0.0
+
+
 def _mean_sd(runs: list[dict[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
     keys = [k for k in runs[0] if k != "count"]
     mean = {k: float(statistics.fmean(r[k] for r in runs)) for k in keys}
@@ -222,7 +245,12 @@ def run_benchmark(
     from dgn.features.family import default_feature_names, parse_feature_names
 
     s = settings or BenchmarkSettings()
-    features = parse_feature_names(list(s.features)) if s.features else default_feature_names()
+    if s.features:
+        features = parse_feature_names(list(s.features))
+    else:  # the best set the extras allow, and the word vectors when given (best on FM2's dev split)
+        features = default_feature_names()
+        if vectors is not None and "wordvec" not in features:
+            features = ("wordvec", *features)
     if "wordvec" in features and vectors is None:
         raise DgnUserError("the wordvec features need word vectors: pass --vectors PATH")
     if any(m in s.models for m in ("Fine-tuned encoder", "DGN end to end")):
@@ -263,7 +291,10 @@ def run_benchmark(
         n_runs = len(per_split[0]["rankings"][name])
         for r in range(n_runs):
             rankings = [rk for part in per_split for rk in part["rankings"][name][r]]
-            runs.append(evaluate_rankings(rankings, golds, ks=s.ks, names=("recall", "precision", "f1", "strict")))
+            run = evaluate_rankings(rankings, golds, ks=s.ks, names=("recall", "precision", "f1", "strict"))
+            problems = [p for part in per_split for p in part["test_problems"]]
+            run.update({f"redundancy@{k}": redundancy(rankings, problems, k) for k in s.ks if k > 1})
+            runs.append(run)
         mean, sd = _mean_sd(runs)
         seconds = [t for part in per_split for t in part["seconds"].get(name, [])]
         dev = [d for part in per_split for d in part["dev_scores"].get(name, [])]
@@ -341,6 +372,7 @@ def _run_split(
     parameters: dict[str, int] = {}
     dev_scores: dict[str, list[float]] = {}
     result: dict[str, Any] = {
+        "test_problems": test_problems,
         "dev_scores": dev_scores,
         "golds": [p.gold for p in test_problems],
         "rankings": rankings,

