@@ -405,8 +405,9 @@ def _run_split(
     if "Embedding cosine" in s.models and embedding_vectors is not None:
         rankings["Embedding cosine"] = [cosine_rankings(test_problems, embedding_vectors, kmax)]
     if "SCMM greedy (untrained)" in s.models:
-        # The paper's untrained objective: relu of the claim-sentence product (q * s).
-        block = "wordvec_" if "wordvec" in features else "sentence_prod_" if "sentence" in features else None
+        # The paper's untrained objective, relu of the claim-sentence product q * s: of the
+        # sentence encoder when the set has it (by far the stronger), else of the word vectors.
+        block = "sentence_prod_" if "sentence" in features else "wordvec_" if "wordvec" in features else None
         if block is not None:
             cols = [j for j, c in enumerate(columns) if c.startswith(block)]
             rankings["SCMM greedy (untrained)"] = [scmm_rankings((np.asarray(x)[:, cols] for x in test.raw), kmax)]
