@@ -70,13 +70,25 @@ def test_pair_features_by_hand():
         pair_features(torch.zeros(3), torch.zeros(1, 2, 2))
 
 
-def test_untrained_dgn_head_picks_the_zero_shot_cosine_first(encoder):
-    """Both heads start from the cosine: the first pick is the cosine's argmax."""
+def test_untrained_heads_start_as_documented(encoder):
+    """The listwise head and the cosine start pick the cosine's argmax first; the coverage
+    start is untrained SCMM greedy over relu(D q*s) plus softplus(10 cos), recomputed here."""
+    from dgn.greedy import greedy_select
+
     emb = {p.id: encode_texts(encoder, [p.query, *p.candidates], progress=False) for p in PROBLEMS}
     expected = [int(np.argmax(e[1:] @ e[0])) for e in emb.values()]
-    for head in ("dgn", "listwise"):
+    coverage = []
+    for e in emb.values():
+        q, S = torch.from_numpy(e[0]).double(), torch.from_numpy(e[1:]).double()
+        H = (S * q * S.shape[1]).clamp_min(0)
+        beta = torch.nn.functional.softplus(10 * torch.nn.functional.cosine_similarity(S, q.unsqueeze(0), dim=-1))
+        coverage.append(greedy_select(H, 3, "sqrt", modular=beta).indices.tolist())
+    torch.manual_seed(0)
+    picks = rank_problems(EndToEndSelector(encoder, "dgn", init="coverage"), PROBLEMS, 3, progress=False)
+    assert picks == coverage
+    for head, init in (("dgn", "cosine"), ("listwise", "coverage")):
         torch.manual_seed(0)
-        model = EndToEndSelector(encoder, head)
+        model = EndToEndSelector(encoder, head, init=init)
         picks = rank_problems(model, PROBLEMS, 3, progress=False)
         assert [r[0] for r in picks] == expected, head
         assert all(sorted(r) == [0, 1, 2] for r in picks)
