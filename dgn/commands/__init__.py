@@ -7,7 +7,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["register_all", "COMMAND_MODULES"]
+__all__ = ["register_all", "COMMAND_MODULES", "add_common_data_dir", "add_feature_options"]
 
 #: The modules that add subcommands, in the order ``dgn --help`` lists them.
 COMMAND_MODULES = ("data", "train", "predict", "evaluate", "explain", "benchmark")
@@ -31,4 +31,18 @@ def add_common_data_dir(parser: argparse.ArgumentParser) -> None:
         "--data-dir",
         default=None,
         help="folder holding the datasets (default: $DGN_DATA_DIR, else ./data)",
+    )
+
+
+def add_feature_options(parser: argparse.ArgumentParser) -> None:
+    """``--features`` and ``--encoder-model`` as ``dgn train`` and ``dgn benchmark`` spell them."""
+    parser.add_argument(
+        "--features", default=None,
+        help="feature blocks, a comma list of wordvec, lexical, sentence (default: sentence,lexical "
+        "when the 'encoders' extra is installed, else wordvec,lexical; --vectors adds wordvec)",
+    )
+    parser.add_argument(
+        "--encoder-model", default=None,
+        help="the sentence block's encoder: a local sentence-transformers directory (default: "
+        "all-MiniLM-L6-v2, bundled with the 'encoders' extra)",
     )

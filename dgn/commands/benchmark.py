@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from dgn.commands import add_common_data_dir
+from dgn.commands import add_common_data_dir, add_feature_options
 
 __all__ = ["register"]
 
@@ -25,12 +25,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         ),
     )
     p.add_argument("--dataset", required=True, help="fm2 or wice")
-    p.add_argument(
-        "--features", default=None,
-        help="feature blocks, a comma list of wordvec, lexical, sentence (default: sentence,lexical "
-        "when the 'encoders' extra is installed, else wordvec,lexical; --vectors adds wordvec)",
-    )
-    p.add_argument("--encoder-model", default=None, help="the sentence block's encoder (default: all-MiniLM-L6-v2)")
+    add_feature_options(p)
     p.add_argument(
         "--vectors", default=None,
         help="word vectors, fastText .vec(.gz) or .bin: the wordvec block and the 'Embedding cosine' row",

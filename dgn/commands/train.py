@@ -48,6 +48,8 @@ def _float(text: str) -> float:
 
 
 def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
+    from dgn.commands import add_feature_options
+
     pos_int, pos_float = types["positive_int"], types["positive_float"]
     nonneg_int = types["nonnegative_int"]
     p = sub.add_parser(
@@ -69,16 +71,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         "a comma list to train on several files at once",
     )
     p.add_argument("--dev", default=None, help="dev problems for early stopping (default: none; keep the last epoch)")
-    p.add_argument(
-        "--features", default=None,
-        help="feature blocks, a comma list of wordvec, lexical, sentence (default: sentence,lexical "
-        "when the 'encoders' extra is installed, else wordvec,lexical; --vectors adds wordvec)",
-    )
-    p.add_argument(
-        "--encoder-model", default=None,
-        help="the sentence block's encoder: a local sentence-transformers directory (default: all-MiniLM-L6-v2, "
-        "bundled with the 'encoders' extra)",
-    )
+    add_feature_options(p)
     p.add_argument(
         "--vectors", default=None,
         help="word vectors for the wordvec block, fastText .vec(.gz) or .bin (default: train fastText "
@@ -155,6 +148,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from dgn.commands._common import build_config, format_metrics
     from dgn.data import atomic_write, read_problems
+    from dgn.data.io import json_ready
     from dgn.errors import DgnUserError
     from dgn.model import DGNConfig
     from dgn.train import STATE_NAME, TrainConfig
@@ -297,7 +291,7 @@ def _train(args: argparse.Namespace) -> int:
         "features": list(featurizer.features),
     }
     with atomic_write(out / "train_history.json") as fh:
-        json.dump(_finite(history), fh, indent=2, sort_keys=True, allow_nan=False)
+        json.dump(json_ready(history), fh, indent=2, sort_keys=True, allow_nan=False)
         fh.write("\n")
     if result.best_metrics:
         print(
@@ -439,16 +433,3 @@ def _resume_settings(
     if "featurizer" not in extra:
         raise DgnUserError(f"{path}: field 'extra.featurizer': missing; cannot featurize as the run did")
     return {"train_config": saved_config, "model_config": state["model_config"], "featurizer": extra["featurizer"]}
-
-
-def _finite(value: Any) -> Any:
-    """JSON-ready copy: tuples as lists, NaN and infinities as None."""
-    import math
-
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value

@@ -15,6 +15,7 @@ import contextlib
 import gzip
 import io
 import json
+import math
 import os
 import secrets
 from collections.abc import Iterator
@@ -265,3 +266,14 @@ def atomic_write(
         tmp.unlink(missing_ok=True)
         raise
     _fsync_dir(target.parent)
+
+
+def json_ready(value: Any) -> Any:
+    """A copy that ``json.dump(..., allow_nan=False)`` accepts: tuples as lists, NaN and infinities as None."""
+    if isinstance(value, dict):
+        return {k: json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

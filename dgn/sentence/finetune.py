@@ -513,6 +513,7 @@ def train_end_to_end(
     import resource
 
     from dgn.data import atomic_write, read_problems
+    from dgn.data.io import json_ready
 
     cfg = config or FinetuneConfig()
     out = Path(output)
@@ -539,20 +540,9 @@ def train_end_to_end(
     result = finetune(model, train_problems, dev_problems, cfg, on_best=save, progress=progress)
     history = {**result.to_dict(), **inputs, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     with atomic_write(out / "train_history.json") as fh:
-        json.dump(_finite(history), fh, indent=2, sort_keys=True, allow_nan=False)
+        json.dump(json_ready(history), fh, indent=2, sort_keys=True, allow_nan=False)
         fh.write("\n")
     return result
-
-
-def _finite(value: Any) -> Any:
-    """JSON-ready copy: tuples as lists, NaN and infinities as None."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def is_end_to_end_model(directory: str | os.PathLike[str]) -> bool:
