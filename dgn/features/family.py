@@ -169,12 +169,18 @@ class SentenceBlock:
         self._memo = _MEMOS.setdefault(self._weights_key(), {})
         self.dim = 2 * self._embedding_dim() + 1
 
-    def _weights_key(self) -> str:
-        """The model directory and its weights' size and mtime (a fine-tuned copy saved over it is another key)."""
+    def _weights_file(self) -> Any:
+        """The model's weights file (safetensors first), or None."""
         from pathlib import Path
 
-        weights = sorted(Path(self.model_path).glob("*.safetensors")) or sorted(Path(self.model_path).glob("*.bin"))
-        stat = weights[0].stat() if weights else None
+        root = Path(self.model_path)
+        weights = sorted(root.glob("*.safetensors")) or sorted(root.glob("*.bin"))
+        return weights[0] if weights else None
+
+    def _weights_key(self) -> str:
+        """The model directory and its weights' size and mtime (a fine-tuned copy saved over it is another key)."""
+        weights = self._weights_file()
+        stat = weights.stat() if weights is not None else None
         return f"{self.model_path}:{stat.st_size}:{stat.st_mtime_ns}" if stat else self.model_path
 
     def _embedding_dim(self) -> int:
@@ -202,15 +208,13 @@ class SentenceBlock:
         return _MODELS[key]
 
     def cache_settings(self) -> dict[str, Any]:
-        from pathlib import Path
-
         from dgn.features.cache import file_sha256
 
-        weights = sorted(Path(self.model_path).glob("*.safetensors")) or sorted(Path(self.model_path).glob("*.bin"))
+        weights = self._weights_file()
         return {
             "featurizer": "sentence_pair/[q*s,|q-s|,cos]",
             "model": self.model_name,
-            "weights_sha256": file_sha256(weights[0]) if weights else None,
+            "weights_sha256": file_sha256(weights) if weights is not None else None,
             "dim": self.dim,
         }
 
