@@ -24,7 +24,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from dgn.sentence.encoder import (
     load_sentence_model,
     pair_features,
 )
+from dgn.train import TrainResult
 
 __all__ = [
     "HEADS",
@@ -117,18 +118,10 @@ class FinetuneConfig:
 
 
 @dataclass
-class FinetuneResult:
-    """Per-epoch history, the best epoch, its dev metrics and the time taken."""
+class FinetuneResult(TrainResult):
+    """:class:`dgn.train.TrainResult` and the training time per epoch (without the dev evaluation)."""
 
-    best_epoch: int
-    best_score: float
-    best_metrics: dict[str, float]
-    history: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-    seconds_per_epoch: float = 0.0  # training only, without the dev evaluation
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    seconds_per_epoch: float = 0.0
 
 
 def _default_dgn_config(dim: int, init: str = "cosine") -> DGNConfig:
