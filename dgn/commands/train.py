@@ -147,7 +147,7 @@ def _train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from dgn.commands._common import build_config, format_metrics
-    from dgn.data import atomic_write, read_problems
+    from dgn.data import atomic_write, concat_problem_files, read_problems
     from dgn.data.io import json_ready
     from dgn.errors import DgnUserError
     from dgn.model import DGNConfig
@@ -184,10 +184,7 @@ def _train(args: argparse.Namespace) -> int:
         recorded = saved["train_config"]
         base_config = TrainConfig(**{**recorded, "eval_ks": tuple(recorded["eval_ks"])})
     config = build_config(lambda **kw: replace(base_config, **kw), train_over, TRAIN_OPTIONS)
-    train_files = args.train if isinstance(args.train, list) else [args.train]
-    for path, option in [*((t, "--train") for t in train_files), (args.dev, "--dev")]:
-        if path is not None and not Path(path).is_file():
-            raise DgnUserError(f"{option} {path}: file not found")
+    train_files = _require_inputs(args)
 
     out = Path(args.output)
     if out.exists() and not out.is_dir():
@@ -205,7 +202,8 @@ def _train(args: argparse.Namespace) -> int:
     from dgn.train import train_model
 
     if len(train_files) > 1:
-        args.train = str(_combine(train_files, out / "train-combined.jsonl"))
+        args.train = str(out / "train-combined.jsonl")
+        concat_problem_files(train_files, args.train)
         if progress:
             print(f"training on {len(train_files)} files together: {args.train}", flush=True)
     else:
@@ -323,18 +321,18 @@ def _finetune(
         raise DgnUserError("--resume: not available with --finetune-encoder (each epoch's best model is saved)")
     if args.train is None or args.output is None:
         raise DgnUserError("--train and --output: required")
-    if args.features is not None and [f.strip() for f in args.features.split(",")] != ["sentence"]:
+    from dgn.features.family import parse_feature_names
+
+    if args.features is not None and parse_feature_names(args.features) != ("sentence",):
         raise DgnUserError(f"--features {args.features}: --finetune-encoder trains on the sentence features alone")
     unused = [MODEL_OPTIONS[k] for k in model_over] + [TRAIN_OPTIONS[k] for k in train_over if k not in _FINETUNE_FIELDS]
     unused += [FASTTEXT_OPTIONS[k] for k in ft_over] + (["--vectors"] if args.vectors is not None else [])
     if unused:
         raise DgnUserError(f"{', '.join(unused)}: not used with --finetune-encoder")
-    train_files = args.train if isinstance(args.train, list) else [args.train]
-    for path, option in [*((t, "--train") for t in train_files), (args.dev, "--dev")]:
-        if path is not None and not Path(path).is_file():
-            raise DgnUserError(f"{option} {path}: file not found")
+    train_files = _require_inputs(args)
     require_output_dir(args.output, "--output")
 
+    from dgn.data import concat_problem_files
     from dgn.sentence import FinetuneConfig, resolve_model_path, train_end_to_end
 
     resolve_model_path(args.encoder_model)
@@ -349,7 +347,10 @@ def _finetune(
         raise DgnUserError(str(exc)) from None
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    train = str(_combine(train_files, out / "train-combined.jsonl")) if len(train_files) > 1 else train_files[0]
+    train = train_files[0]
+    if len(train_files) > 1:
+        train = str(out / "train-combined.jsonl")
+        concat_problem_files(train_files, train)
     result = train_end_to_end(
         train, args.dev, out, config=config, encoder_model=args.encoder_model, progress=not args.quiet
     )
@@ -362,12 +363,17 @@ def _finetune(
     return 0
 
 
-def _combine(paths: list[str], target: Any) -> Any:
-    """Several training files as one (:func:`dgn.data.concat_problem_files`)."""
-    from dgn.data import concat_problem_files
+def _require_inputs(args: argparse.Namespace) -> list[str]:
+    """The ``--train`` files as a list, each checked to exist, and ``--dev`` too."""
+    from pathlib import Path
 
-    concat_problem_files(paths, target)
-    return target
+    from dgn.errors import DgnUserError
+
+    train_files = args.train if isinstance(args.train, list) else [args.train]
+    for path, option in [*((t, "--train") for t in train_files), (args.dev, "--dev")]:
+        if path is not None and not Path(path).is_file():
+            raise DgnUserError(f"{option} {path}: file not found")
+    return train_files
 
 
 def _sha256(path: str) -> str:
