@@ -27,6 +27,7 @@ from dgn.greedy import greedy_select
 __all__ = [
     "TFIDF_CONFIGS",
     "EncoderScorer",
+    "RankingOutput",
     "TfidfConfig",
     "top_k",
     "bm25_rankings",
@@ -268,6 +269,19 @@ def scmm_rankings(raw_features: Iterable[np.ndarray], k: int, concave: str = "sq
     return out
 
 
+@dataclass
+class RankingOutput:
+    """What a ranking model (:class:`EncoderScorer`) returns.
+
+    ``outputs.logits.argsort(dim=-1, descending=True)`` ranks the candidates, best first.
+
+    Attributes:
+        logits: ``(B, N)`` one score per candidate, ``-inf`` on padding.
+    """
+
+    logits: Tensor
+
+
 class EncoderScorer(nn.Module):
     """Encoder (or DeepEncoder) plus a linear scorer: one relevance logit per candidate.
 
@@ -280,7 +294,13 @@ class EncoderScorer(nn.Module):
 
     Shape:
         - features: ``(B, N, F)``
-        - output: ``(B, N)`` logits, ``-inf`` on padding
+        - output: a :class:`RankingOutput` whose ``logits`` are ``(B, N)``, ``-inf`` on padding
+
+    Example:
+        >>> scorer = EncoderScorer(4, 8, 6)
+        >>> out = scorer(torch.randn(2, 5, 4))
+        >>> out.logits.argsort(dim=-1, descending=True).shape
+        torch.Size([2, 5])
     """
 
     def __init__(
@@ -295,12 +315,54 @@ class EncoderScorer(nn.Module):
         cls = DeepEncoder if deep else Encoder
         self.encoder = cls(in_features, hidden_features, encoded_features, dropout)
         self.scorer = nn.Linear(encoded_features, 1)
+        self.config = {
+            "in_features": in_features,
+            "hidden_features": hidden_features,
+            "encoded_features": encoded_features,
+            "deep": bool(deep),
+            "dropout": float(dropout),
+        }
+        #: Settings stored beside the weights (how features were built), as for the DGN.
+        self.extra: dict[str, Any] = {}
 
-    def forward(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(self, features: Tensor, mask: Tensor | None = None) -> RankingOutput:
         logits = self.scorer(self.encoder(features)).squeeze(-1)  # (B, N)
         if mask is not None:
             logits = logits.masked_fill(~mask, float("-inf"))
-        return logits  # type: ignore[no-any-return]
+        return RankingOutput(logits)
+
+    def save_pretrained(self, directory: Any, extra: dict[str, Any] | None = None) -> Any:
+        """Write ``config.json`` and ``model.safetensors`` (as :meth:`dgn.DGN.save_pretrained`)."""
+        from dgn.model import write_checkpoint
+
+        return write_checkpoint(self, directory, "encoder", dict(self.config), self.extra if extra is None else extra)
+
+    @classmethod
+    def from_pretrained(cls, directory: Any, map_location: Any = "cpu") -> EncoderScorer:
+        """Load a checkpoint written by :meth:`save_pretrained`.
+
+        Raises:
+            DgnUserError: As :meth:`dgn.DGN.from_pretrained`, or a checkpoint of a DGN.
+        """
+        from dgn.model import load_weights, read_checkpoint
+
+        meta, state, source, weights_path = read_checkpoint(directory, map_location)
+        if meta.get("model_type", "dgn") != "encoder":
+            raise DgnUserError(
+                f"{source}: field 'model_type': a {meta.get('model_type', 'dgn')!r} checkpoint, not an encoder scorer"
+            )
+        config = meta.get("config")
+        names = ("in_features", "hidden_features", "encoded_features", "deep", "dropout")
+        if not isinstance(config, dict) or set(config) != set(names):
+            raise DgnUserError(f"{source}: field 'config': expected the keys {', '.join(names)}")
+        try:
+            model = cls(**config)
+        except (TypeError, ValueError) as exc:
+            raise DgnUserError(f"{source}: field 'config': {exc}") from None
+        load_weights(model, state, weights_path)
+        model.extra = meta["extra"]
+        model.eval()
+        return model
 
     def num_parameters(self) -> int:
         """The number of trainable parameters."""

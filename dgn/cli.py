@@ -74,6 +74,16 @@ def _nonnegative_int(text: str) -> int:
     return value
 
 
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
+
+
 def _ks(text: str) -> list[int]:
     try:
         ks = [int(part) for part in text.split(",") if part.strip()]
@@ -88,6 +98,7 @@ TYPES: dict[str, Callable[[str], Any]] = {
     "positive_int": _positive_int,
     "positive_float": _positive_float,
     "nonnegative_int": _nonnegative_int,
+    "nonnegative_float": _nonnegative_float,
     "ks": _ks,
 }
 

@@ -27,7 +27,7 @@ from dgn.greedy import RELAXATIONS, Selection, greedy_select
 from dgn.layer import GreedyLayer
 from dgn.objectives import CONCAVE_FUNCTIONS, SCMM
 
-__all__ = ["DGNConfig", "DGN", "DGNOutput", "CONFIG_NAME", "WEIGHTS_NAME", "MODULAR_ACTIVATIONS"]
+__all__ = ["DGNConfig", "DGN", "DGNOutput", "CONFIG_NAME", "WEIGHTS_NAME", "MODULAR_ACTIVATIONS", "load_model"]
 
 #: How the modular term's linear score becomes ``beta`` (softplus: nonnegative).
 MODULAR_ACTIVATIONS = ("softplus", "identity")
@@ -172,6 +172,26 @@ class DGNOutput:
     gains: Tensor
     valid: Tensor
     encoded: Tensor
+
+    def ranking(self) -> Tensor:
+        """``(B, N)`` one full ranking per problem: the greedy picks in order, then the
+        candidates left, by their gain at the last layer; padding last.
+
+        The picks are the DGN's own order (in ``eval()`` mode, exact greedy); the rest is
+        ordered by ``logits[:, -1]``, their marginal gains given the first ``K - 1``
+        picks. Use ``indices`` when only the first ``K`` matter.
+        """
+        B, K, N = self.logits.shape
+        last = self.logits[:, -1]
+        finite = torch.isfinite(last)
+        # below every pick's key (1..K): shift the finite gains under 0
+        shifted = last - torch.where(finite, last, torch.zeros_like(last)).amax(-1, keepdim=True) - 1.0
+        key = torch.cat([torch.where(finite, shifted, torch.full_like(last, float("-inf"))),
+                         torch.zeros(B, 1, dtype=last.dtype, device=last.device)], dim=1)
+        slot = torch.where(self.indices >= 0, self.indices, torch.full_like(self.indices, N))  # -1 -> a spare column
+        order_key = torch.arange(K, 0, -1, device=last.device, dtype=last.dtype).expand(B, K)
+        key = key.scatter(1, slot, order_key)[:, :N]
+        return torch.sort(key, dim=-1, descending=True, stable=True).indices
 
 
 class DGN(nn.Module):
@@ -321,27 +341,7 @@ class DGN(nn.Module):
         Returns:
             The directory.
         """
-        from safetensors.torch import save
-
-        from dgn.data.io import atomic_write
-
-        path = Path(directory)
-        path.mkdir(parents=True, exist_ok=True)
-        meta = {
-            "format": _FORMAT,
-            "format_version": _FORMAT_VERSION,
-            "dgn_version": __version__,
-            "config": self.config.to_dict(),
-            "extra": self.extra if extra is None else extra,
-        }
-        text = json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n"
-        tensors = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
-        blob = save(tensors, metadata={"format": "pt", _META_KEY: json.dumps(meta, sort_keys=True)})
-        with atomic_write(path / CONFIG_NAME) as fh:
-            fh.write(text)
-        with atomic_write(path / WEIGHTS_NAME, "wb") as fh:
-            fh.write(blob)
-        return path
+        return write_checkpoint(self, directory, "dgn", self.config.to_dict(), self.extra if extra is None else extra)
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> DGN:
@@ -353,63 +353,129 @@ class DGN(nn.Module):
 
         Raises:
             DgnUserError: Missing files, a config from another format version or with
-                unknown fields, or weights that do not fit the config.
+                unknown fields, weights that do not fit the config, or the checkpoint of
+                another model type (:func:`load_model` reads any).
         """
-        from safetensors import SafetensorError, safe_open
-
-        path = Path(directory)
-        config_path = path / CONFIG_NAME
-        weights_path = path / WEIGHTS_NAME
-        if not path.is_dir():
-            raise DgnUserError(f"{path}: model directory not found")
-        if not weights_path.is_file():
-            if config_path.is_file():
-                raise DgnUserError(f"{weights_path}: model weights missing")
-            raise DgnUserError(f"{config_path}: no model config found (is {path} a dgn checkpoint?)")
-        try:  # one read of the weights file: the config stored in it, and the tensors
-            with safe_open(str(weights_path), framework="pt", device=str(map_location)) as handle:
-                stored = (handle.metadata() or {}).get(_META_KEY)
-                state = {name: handle.get_tensor(name) for name in handle.keys()}
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise DgnUserError(f"{weights_path}: cannot read weights: {one_line(exc)}") from None
-        file_meta = _read_config_json(config_path) if config_path.is_file() else None
-        if stored is not None:
-            try:
-                meta = json.loads(stored)
-            except json.JSONDecodeError as exc:
-                raise DgnUserError(f"{weights_path}: metadata field {_META_KEY!r} is not JSON: {exc}") from None
-            source = f"{weights_path} (metadata)"
-            if file_meta is not None and file_meta != meta:
-                warnings.warn(
-                    f"{config_path} does not match the config stored in {weights_path} "
-                    "(an interrupted save?); using the weights' own config",
-                    stacklevel=2,
-                )
-        elif file_meta is not None:
-            meta, source = file_meta, str(config_path)
-        else:
-            raise DgnUserError(f"{config_path}: no model config found (is {path} a dgn checkpoint?)")
-        if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
-            raise DgnUserError(f"{source}: field 'format': not a dgn model config")
-        if meta.get("format_version") != _FORMAT_VERSION:
+        meta, state, source, weights_path = read_checkpoint(directory, map_location)
+        if meta.get("model_type", "dgn") != "dgn":
             raise DgnUserError(
-                f"{source}: field 'format_version': checkpoint format "
-                f"{meta.get('format_version')!r} is not supported (this dgn {__version__} reads {_FORMAT_VERSION})"
+                f"{source}: field 'model_type': a {meta.get('model_type')!r} checkpoint, not a DGN "
+                "(dgn.load_model reads any dgn checkpoint)"
             )
         config = DGNConfig.from_dict(meta.get("config"), source=f"{source}: field 'config'")
-        extra = meta.get("extra") or {}
-        if not isinstance(extra, dict):
-            raise DgnUserError(f"{source}: field 'extra': expected an object")
         model = cls(config)
-        try:
-            model.load_state_dict(state, strict=True)
-        except RuntimeError as exc:
-            first = str(exc).strip().splitlines()
-            detail = " ".join(line.strip() for line in first[:3])
-            raise DgnUserError(f"{weights_path}: weights do not match the config: {detail}") from None
-        model.extra = extra
+        load_weights(model, state, weights_path)
+        model.extra = meta["extra"]
         model.eval()
         return model
+
+
+def write_checkpoint(
+    model: nn.Module, directory: str | os.PathLike[str], model_type: str, config: dict[str, Any], extra: dict[str, Any]
+) -> Path:
+    """Write ``model``'s checkpoint (``config.json`` + ``model.safetensors``), weights last."""
+    from safetensors.torch import save
+
+    from dgn.data.io import atomic_write
+
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "format": _FORMAT,
+        "format_version": _FORMAT_VERSION,
+        "dgn_version": __version__,
+        "config": config,
+        "extra": extra,
+    }
+    if model_type != "dgn":  # DGN checkpoints keep the layout they always had
+        meta["model_type"] = model_type
+    text = json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    blob = save(tensors, metadata={"format": "pt", _META_KEY: json.dumps(meta, sort_keys=True)})
+    with atomic_write(path / CONFIG_NAME) as fh:
+        fh.write(text)
+    with atomic_write(path / WEIGHTS_NAME, "wb") as fh:
+        fh.write(blob)
+    return path
+
+
+def read_checkpoint(
+    directory: str | os.PathLike[str], map_location: str | torch.device = "cpu"
+) -> tuple[dict[str, Any], dict[str, Tensor], str, Path]:
+    """The checked metadata, the tensors, the metadata's source and the weights path."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(directory)
+    config_path = path / CONFIG_NAME
+    weights_path = path / WEIGHTS_NAME
+    if not path.is_dir():
+        raise DgnUserError(f"{path}: model directory not found")
+    if not weights_path.is_file():
+        if config_path.is_file():
+            raise DgnUserError(f"{weights_path}: model weights missing")
+        raise DgnUserError(f"{config_path}: no model config found (is {path} a dgn checkpoint?)")
+    try:  # one read of the weights file: the config stored in it, and the tensors
+        with safe_open(str(weights_path), framework="pt", device=str(map_location)) as handle:
+            stored = (handle.metadata() or {}).get(_META_KEY)
+            state = {name: handle.get_tensor(name) for name in handle.keys()}
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise DgnUserError(f"{weights_path}: cannot read weights: {one_line(exc)}") from None
+    file_meta = _read_config_json(config_path) if config_path.is_file() else None
+    if stored is not None:
+        try:
+            meta = json.loads(stored)
+        except json.JSONDecodeError as exc:
+            raise DgnUserError(f"{weights_path}: metadata field {_META_KEY!r} is not JSON: {exc}") from None
+        source = f"{weights_path} (metadata)"
+        if file_meta is not None and file_meta != meta:
+            warnings.warn(
+                f"{config_path} does not match the config stored in {weights_path} "
+                "(an interrupted save?); using the weights' own config",
+                stacklevel=3,
+            )
+    elif file_meta is not None:
+        meta, source = file_meta, str(config_path)
+    else:
+        raise DgnUserError(f"{config_path}: no model config found (is {path} a dgn checkpoint?)")
+    if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+        raise DgnUserError(f"{source}: field 'format': not a dgn model config")
+    if meta.get("format_version") != _FORMAT_VERSION:
+        raise DgnUserError(
+            f"{source}: field 'format_version': checkpoint format "
+            f"{meta.get('format_version')!r} is not supported (this dgn {__version__} reads {_FORMAT_VERSION})"
+        )
+    extra = meta.get("extra") or {}
+    if not isinstance(extra, dict):
+        raise DgnUserError(f"{source}: field 'extra': expected an object")
+    meta["extra"] = extra
+    return meta, state, source, weights_path
+
+
+def load_weights(model: nn.Module, state: dict[str, Tensor], weights_path: Path) -> None:
+    """``model.load_state_dict(state)``, with a one-line error when they do not fit."""
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        detail = " ".join(line.strip() for line in first[:3])
+        raise DgnUserError(f"{weights_path}: weights do not match the config: {detail}") from None
+
+
+def load_model(directory: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> nn.Module:
+    """Load any dgn checkpoint: a :class:`DGN` or an :class:`~dgn.baselines.EncoderScorer`.
+
+    Raises:
+        DgnUserError: As :meth:`DGN.from_pretrained`, or an unknown ``model_type``.
+    """
+    meta, _, source, _ = read_checkpoint(directory, map_location)
+    kind = meta.get("model_type", "dgn")
+    if kind == "dgn":
+        return DGN.from_pretrained(directory, map_location)
+    if kind == "encoder":
+        from dgn.baselines import EncoderScorer
+
+        return EncoderScorer.from_pretrained(directory, map_location)
+    raise DgnUserError(f"{source}: field 'model_type': unknown model type {kind!r} (known: dgn, encoder)")
 
 
 def _drop_shared_keys(module: nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:

@@ -34,10 +34,12 @@ __all__ = [
     "evaluate_model",
     "load_training_state",
     "LOSSES",
+    "training_loss",
     "STATE_NAME",
 ]
 
-LOSSES = ("layerwise", "soft_label")
+#: Training losses (what each means for the DGN and for the encoder scorers: :func:`training_loss`).
+LOSSES = ("layerwise", "sparse_ce", "soft_label", "approx_ndcg")
 #: File name of the training state :func:`train_model` writes after every epoch.
 STATE_NAME = "training_state.pt"
 _STATE_FORMAT = "dgn-training-state"
@@ -57,7 +59,18 @@ class TrainConfig:
         weight_decay: Adam weight decay.
         seed: Seeds initialisation and the order of batches.
         patience: Stop after this many epochs without a better dev score (0: never).
-        loss: ``"layerwise"`` (the paper's) or ``"soft_label"`` (graded) for the DGN.
+        loss: One of :data:`LOSSES` (see :func:`training_loss`): ``"layerwise"`` (the
+            paper's: layer-wise cross entropy for the DGN, weighted binary cross entropy
+            for the encoder scorers), ``"sparse_ce"`` (cross entropy against the binary
+            gold: layer-wise for the DGN, listwise for the encoders), ``"soft_label"``
+            (soft-label cross entropy against the graded relevance) or ``"approx_ndcg"``
+            (ApproxNDCG, Qin, Liu and Li, 2010).
+        sparse_weight: Add ``sparse_weight`` times the sparse loss (``"sparse_ce"``) to a
+            graded one (``"soft_label"`` or ``"approx_ndcg"``), as the FGA-NDCG model card
+            mixes them: ``loss = dense + sparse_weight * sparse``. 0 (default) trains on
+            the graded signal alone.
+        ndcg_temperature: Temperature of ApproxNDCG's smooth ranks.
+        ndcg_k: Cutoff of ApproxNDCG (None: the whole list).
         tau_decay: Multiply the DGN's temperature by this after each epoch (the paper's
             annealing used 0.9; 1.0 keeps it fixed, which the paper settled on).
         pos_weight: Weight of positive items in the encoders' BCE; None: the ratio of
@@ -80,6 +93,9 @@ class TrainConfig:
     pos_weight: float | None = None
     max_candidates: int | None = 64
     eval_ks: tuple[int, ...] = (1, 3, 5, 7)
+    sparse_weight: float = 0.0
+    ndcg_temperature: float = 1.0
+    ndcg_k: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size"):
@@ -94,6 +110,20 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.tau_decay must be in (0, 1], got {self.tau_decay!r}")
         if self.patience < 0:
             raise ValueError(f"TrainConfig.patience must be >= 0, got {self.patience!r}")
+        if not (isinstance(self.sparse_weight, (int, float)) and math.isfinite(self.sparse_weight)
+                and self.sparse_weight >= 0):
+            raise ValueError(f"TrainConfig.sparse_weight must be a finite number >= 0, got {self.sparse_weight!r}")
+        if self.sparse_weight and self.loss not in ("soft_label", "approx_ndcg"):
+            raise ValueError(
+                f"TrainConfig.sparse_weight mixes a sparse term into a graded loss ('soft_label' or "
+                f"'approx_ndcg'); loss {self.loss!r} is already sparse"
+            )
+        if not (isinstance(self.ndcg_temperature, (int, float)) and math.isfinite(self.ndcg_temperature)
+                and self.ndcg_temperature > 0):
+            raise ValueError(f"TrainConfig.ndcg_temperature must be a finite number > 0, got {self.ndcg_temperature!r}")
+        if self.ndcg_k is not None and (isinstance(self.ndcg_k, bool) or not isinstance(self.ndcg_k, int)
+                                        or self.ndcg_k <= 0):
+            raise ValueError(f"TrainConfig.ndcg_k must be a positive integer or None, got {self.ndcg_k!r}")
 
 
 @dataclass
@@ -119,17 +149,62 @@ def _pos_weight(data: SelectionDataset) -> float:
     return max(1.0, (total - pos) / max(1, pos))
 
 
-def _loss(model: Model, batch: Batch, config: TrainConfig, pos_weight: float) -> torch.Tensor:
+def training_loss(model: Model, batch: Batch, config: TrainConfig, pos_weight: float = 1.0) -> torch.Tensor:
+    """The loss of ``config.loss`` (plus its sparse share) for one batch.
+
+    ========================  ====================================  ======================================
+    ``config.loss``           DGN (layer logits ``(B, K, N)``)       encoder scorers (logits ``(B, N)``)
+    ========================  ====================================  ======================================
+    ``"layerwise"``           layer-wise cross entropy (the paper)   weighted binary cross entropy (the paper)
+    ``"sparse_ce"``           layer-wise cross entropy               listwise cross entropy, target gold/#gold
+    ``"soft_label"``          layer-wise soft-label cross entropy    soft cross entropy, target r / sum(r)
+    ``"approx_ndcg"``         layer-wise ApproxNDCG                  ApproxNDCG
+    ========================  ====================================  ======================================
+
+    With ``config.sparse_weight > 0`` the ``"sparse_ce"`` loss times that weight is added.
+
+    Args:
+        model: A DGN or an encoder scorer.
+        batch: A padded batch (its ``relevance`` is binary gold where the data has no grades).
+        config: Which loss and its settings.
+        pos_weight: The weight of positives in the binary cross entropy.
+    """
+    from dgn import losses
+
+    kind = config.loss
+    gold = batch.gold.to(batch.features.dtype)
     if isinstance(model, DGN):
-        out = model(batch.features, batch.mask)
-        if config.loss == "soft_label":
-            return soft_label_cross_entropy(out.logits, batch.relevance)
-        return layerwise_cross_entropy(out.logits, batch.gold)
-    logits = model(batch.features, batch.mask)
-    m = batch.mask
-    return F.binary_cross_entropy_with_logits(
-        logits[m], batch.gold[m].to(logits.dtype), pos_weight=torch.tensor(pos_weight)
-    )
+        logits = model(batch.features, batch.mask).logits
+
+        def one(name: str) -> torch.Tensor:
+            if name in ("layerwise", "sparse_ce"):
+                return layerwise_cross_entropy(logits, batch.gold)
+            if name == "soft_label":
+                return soft_label_cross_entropy(logits, batch.relevance)
+            return losses.layerwise_approx_ndcg_loss(
+                logits, batch.relevance, temperature=config.ndcg_temperature, k=config.ndcg_k
+            )
+    else:
+        logits = model(batch.features, batch.mask).logits
+        m = batch.mask
+
+        def one(name: str) -> torch.Tensor:
+            if name == "layerwise":
+                return F.binary_cross_entropy_with_logits(
+                    logits[m], gold[m], pos_weight=torch.tensor(pos_weight)
+                )
+            if name == "sparse_ce":
+                return losses.soft_cross_entropy(logits, gold, mask=m)
+            if name == "soft_label":
+                return losses.soft_cross_entropy(logits, batch.relevance, mask=m)
+            return losses.approx_ndcg_loss(
+                logits, batch.relevance, temperature=config.ndcg_temperature, k=config.ndcg_k, mask=m
+            )
+
+    loss = one(kind)
+    if config.sparse_weight:
+        loss = loss + config.sparse_weight * one("sparse_ce")
+    return loss
 
 
 @torch.no_grad()
@@ -147,7 +222,7 @@ def rank(model: Model, data: SelectionDataset, k: int, batch_size: int = 64) -> 
             if isinstance(model, DGN):
                 picks = model(batch.features, batch.mask, steps=k).indices
             else:
-                scores = model(batch.features, batch.mask)
+                scores = model(batch.features, batch.mask).logits
                 kk = min(k, scores.shape[1])
                 # stable descending sort: ties keep the lower index first
                 order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :kk]
@@ -252,7 +327,7 @@ def train_model(
             leave=False,
         )
         for batch in bar:
-            loss = _loss(model, batch, config, pos_weight)
+            loss = training_loss(model, batch, config, pos_weight)
             optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 5.0)
@@ -302,7 +377,7 @@ def train_model(
 def _model_kind(model: Model) -> tuple[str, dict[str, Any]]:
     if isinstance(model, DGN):
         return "dgn", model.config.to_dict()
-    return type(model).__name__, {}
+    return type(model).__name__, dict(getattr(model, "config", {}))
 
 
 def _save_training_state(

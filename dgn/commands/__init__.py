@@ -10,7 +10,7 @@ from typing import Any
 __all__ = ["register_all", "COMMAND_MODULES", "add_common_data_dir", "add_feature_options"]
 
 #: The modules that add subcommands, in the order ``dgn --help`` lists them.
-COMMAND_MODULES = ("data", "train", "predict", "evaluate", "explain", "benchmark")
+COMMAND_MODULES = ("data", "train", "finetune", "predict", "evaluate", "explain", "benchmark")
 
 
 def register_all(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:

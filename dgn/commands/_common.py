@@ -103,12 +103,21 @@ def validate_problems(path: str | os.PathLike[str], option: str) -> None:
         pass
 
 
-def load_model(directory: str) -> DGN:
-    """A saved DGN, in eval mode."""
-    from dgn.model import DGN
+def load_model(directory: str, *, dgn_only: bool = False, purpose: str = "") -> Any:
+    """A saved model (a DGN or an encoder scorer), in eval mode.
+
+    Args:
+        directory: The model directory.
+        dgn_only: Refuse an encoder scorer's checkpoint with a one-line error.
+        purpose: What needs a DGN (for that error).
+    """
+    from dgn.model import DGN, load_model as load_any
 
     require_dir(directory, "--model", "model directory")
-    return DGN.from_pretrained(directory)
+    model = load_any(directory)
+    if dgn_only and not isinstance(model, DGN):
+        raise DgnUserError(f"--model {directory}: an encoder scorer's checkpoint; {purpose or 'this needs a DGN'}")
+    return model
 
 
 def load_featurizer(

@@ -24,7 +24,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
             "results.json, results.md and recall_precision.png to --output."
         ),
     )
-    p.add_argument("--dataset", required=True, help="fm2 or wice")
+    p.add_argument("--dataset", required=True, help="fm2, wice or climate-fever")
     add_feature_options(p)
     p.add_argument(
         "--vectors", default=None,

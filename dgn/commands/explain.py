@@ -70,7 +70,7 @@ def _explain(args: argparse.Namespace) -> int:
         featurizer: Any = EndToEndFeatures(selector)
         model = selector.dgn
     else:
-        model = load_model(args.model)
+        model = load_model(args.model, dgn_only=True, purpose="explain shows a DGN's greedy objective")
         featurizer = load_featurizer(model, args.model, vectors=args.vectors, cache_dir=None, progress=False)
     expl = explain_problem(model, featurizer, problem, steps=args.steps, runners_up=args.runners_up)
     if args.png is not None:

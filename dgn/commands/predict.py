@@ -17,7 +17,7 @@ __all__ = ["register", "predict_dataset"]
 def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p = sub.add_parser(
         "predict",
-        help="write the DGN's greedy picks for every problem (predictions JSONL)",
+        help="write a trained model's picks for every problem (predictions JSONL)",
         description=(
             "Run the trained DGN's exact hard greedy on every problem and write predictions "
             'JSONL {"id", "ranking", "scores"}; scores are the marginal gains of the picks. '
@@ -39,10 +39,16 @@ def predict_dataset(
     model: DGN, data: SelectionDataset, k: int, batch_size: int = 64
 ) -> Iterator[Prediction]:
     """Stream one :class:`~dgn.data.Prediction` per problem: the first ``k`` greedy picks
-    of :func:`dgn.train.rank` with their marginal gains as scores."""
+    of :func:`dgn.train.rank` with their marginal gains as scores (for an encoder scorer:
+    its ``k`` best candidates with their logits)."""
     import torch
 
     from dgn.data import Prediction
+    from dgn.model import DGN
+
+    if not isinstance(model, DGN):
+        yield from _scorer_predictions(model, data, k, batch_size)
+        return
 
     was_training = model.training
     model.eval()
@@ -58,6 +64,26 @@ def predict_dataset(
                     yield Prediction(
                         data.infos[i].id, [picks[j] for j in keep], [float(gains[j]) for j in keep]
                     )
+    finally:
+        model.train(was_training)
+
+
+def _scorer_predictions(model: Any, data: SelectionDataset, k: int, batch_size: int) -> Iterator[Prediction]:
+    import torch
+
+    from dgn.data import Prediction
+
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for batch in data.batches(batch_size):
+                logits = model(batch.features, batch.mask).logits
+                order = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :k]
+                for i, row, scores in zip(batch.index.tolist(), order.tolist(), logits.tolist(), strict=True):
+                    n = data.infos[i].num_candidates
+                    picks = [j for j in row if j < n]
+                    yield Prediction(data.infos[i].id, picks, [float(scores[j]) for j in picks])
     finally:
         model.train(was_training)
 
@@ -94,7 +120,7 @@ def _predict(args: argparse.Namespace) -> int:
         model, args.model, vectors=args.vectors, cache_dir=args.cache_dir, progress=not args.quiet
     )
     data = SelectionDataset(args.data, featurizer)
-    k = args.k if args.k is not None else model.config.steps
+    k = args.k if args.k is not None else getattr(getattr(model, "config", None), "steps", 7)
     n = write_predictions(args.output, predict_dataset(model, data, k, args.batch_size))
     print(f"{args.output}: {n} predictions (k = {k})")
     return 0

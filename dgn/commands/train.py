@@ -24,6 +24,10 @@ MODEL_OPTIONS = {
     "dropout": "--dropout",
     "modular": "--no-modular",
 }
+#: --model-type choices.
+MODEL_TYPES = ("dgn", "encoder", "deep-encoder")
+#: DGNConfig fields an encoder scorer reads.
+_SCORER_FIELDS = ("hidden_features", "encoded_features", "dropout")
 #: TrainConfig field -> option.
 TRAIN_OPTIONS = {
     "epochs": "--epochs",
@@ -35,6 +39,7 @@ TRAIN_OPTIONS = {
     "loss": "--loss",
     "tau_decay": "--tau-decay",
     "max_candidates": "--max-candidates",
+    "sparse_weight": "--sparse-weight",
 }
 #: train_fasttext_vectors keyword -> option (only without --vectors).
 FASTTEXT_OPTIONS = {"dim": "--fasttext-dim", "epoch": "--fasttext-epochs", "bucket": "--fasttext-bucket"}
@@ -97,6 +102,11 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
     m = p.add_argument_group("model (defaults: dgn.model.DGNConfig)")
+    m.add_argument(
+        "--model-type", choices=MODEL_TYPES, default=None,
+        help="dgn (default), or a baseline without greedy layers: encoder / deep-encoder (the encoder and "
+        "a linear scorer, ranked by score; loss layerwise = the paper's weighted BCE)",
+    )
     m.add_argument("--steps", type=pos_int, default=None, help="K, greedy layers")
     m.add_argument("--tau", type=pos_float, default=None, help="softmax temperature of the relaxed argmax")
     m.add_argument("--encoded-features", type=pos_int, default=None, help="E, encoded features per candidate")
@@ -117,7 +127,12 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     t.add_argument("--weight-decay", type=_float, default=None, help="Adam weight decay")
     t.add_argument("--seed", type=nonneg_int, default=None, help="initialisation and batch order seed")
     t.add_argument("--patience", type=nonneg_int, default=None, help="early-stopping patience in epochs (0: never stop)")
-    t.add_argument("--loss", default=None, help="layerwise (the paper's) or soft_label (graded relevance)")
+    t.add_argument(
+        "--loss", default=None,
+        help="layerwise (the paper's), sparse_ce, soft_label (graded relevance) or approx_ndcg; see dgn.train.training_loss",
+    )
+    t.add_argument("--sparse-weight", type=_float, default=None,
+                   help="add this times the sparse loss to a graded one (soft_label, approx_ndcg)")
     t.add_argument("--tau-decay", type=pos_float, default=None, help="multiply tau by this after each epoch, in (0, 1]")
     t.add_argument("--max-candidates", type=pos_int, default=None, help="cap training problems at this many candidates: all gold plus seeded random negatives (default 64)")
 
@@ -173,10 +188,20 @@ def _train(args: argparse.Namespace) -> int:
         missing = " and ".join(o for o, v in (("--train", args.train), ("--output", args.output)) if v is None)
         raise DgnUserError(f"{missing}: required (unless --resume DIR continues a run)")
     if args.finetune_encoder:
+        if args.model_type is not None:
+            raise DgnUserError("--model-type: not used with --finetune-encoder (see --loss for its heads)")
         return _finetune(args, model_over, train_over, ft_over)
     for option, value in (("--encoder-lr", args.encoder_lr), ("--top-l", args.top_l)):
         if value is not None:
             raise DgnUserError(f"{option}: only used with --finetune-encoder")
+    if args.model_type not in (None, "dgn"):
+        if saved is not None:
+            raise DgnUserError("--model-type: the model of a resumed run cannot change; leave it out")
+        dgn_only = [MODEL_OPTIONS[k] for k in model_over if k not in _SCORER_FIELDS and k != "deep"]
+        if dgn_only:
+            raise DgnUserError(f"{', '.join(dgn_only)}: DGN options; not used with --model-type {args.model_type}")
+        if "deep" in model_over:
+            raise DgnUserError("--deep: use --model-type deep-encoder for the three-layer encoder scorer")
     # Fail on bad options before any slow step.
     build_config(lambda **kw: replace(DGNConfig(), **kw), model_over, MODEL_OPTIONS)
     base_config = TrainConfig()
@@ -245,17 +270,31 @@ def _train(args: argparse.Namespace) -> int:
     dev = SelectionDataset(args.dev, featurizer) if args.dev is not None else None
     if dev is not None and not any(any(info.gold) for info in dev.infos):
         raise DgnUserError(f"--dev {args.dev}: no problem has gold evidence; cannot select epochs")
+    model_type = args.model_type or "dgn"
     if saved is not None:
-        model_config = DGNConfig.from_dict(saved["model_config"], source=f"{args.resume}/{STATE_NAME}")
+        model_type = saved.get("model_type", "dgn")
+        model_config = DGNConfig.from_dict(
+            {"in_features": featurizer.dim, **saved["model_config"]}, source=f"{args.resume}/{STATE_NAME}"
+        )
     else:
         model_config = build_config(
             lambda **kw: replace(DGNConfig(in_features=featurizer.dim), **kw), model_over, MODEL_OPTIONS
         )
     torch.manual_seed(config.seed)
-    model = DGN(model_config)
+    model: Any
+    if model_type == "dgn":
+        model = DGN(model_config)
+    else:
+        from dgn.baselines import EncoderScorer
+
+        model = EncoderScorer(
+            featurizer.dim, model_config.hidden_features, model_config.encoded_features,
+            deep=model_type == "deep-encoder", dropout=model_config.dropout,
+        )
     if progress:
         verb = "resuming" if saved is not None else "training"
-        print(f"{verb} DGN ({model.num_parameters():,} parameters) on {len(train)} problems", flush=True)
+        name = {"dgn": "DGN", "encoder": "Encoder", "deep-encoder": "DeepEncoder"}[model_type]
+        print(f"{verb} {name} ({model.num_parameters():,} parameters) on {len(train)} problems", flush=True)
 
     def save(m: Any, epoch: int, metrics: dict[str, float]) -> None:
         m.save_pretrained(
@@ -269,6 +308,7 @@ def _train(args: argparse.Namespace) -> int:
         )
 
     inputs = {
+        "model_type": model_type,
         "featurizer": featurizer.settings(),
         "train": str(Path(args.train).resolve()),
         "dev": None if args.dev is None else str(Path(args.dev).resolve()),
@@ -281,7 +321,8 @@ def _train(args: argparse.Namespace) -> int:
     )
     history = {
         **result.to_dict(),
-        "model_config": model_config.to_dict(),
+        "model_type": model_type,
+        "model_config": model_config.to_dict() if model_type == "dgn" else dict(model.config),
         "train_config": asdict(config),
         "train": inputs["train"],
         "dev": inputs["dev"],
@@ -438,4 +479,9 @@ def _resume_settings(
             raise DgnUserError(f"{option} {given}: not the file the run being resumed trained on (sha256 differs)")
     if "featurizer" not in extra:
         raise DgnUserError(f"{path}: field 'extra.featurizer': missing; cannot featurize as the run did")
-    return {"train_config": saved_config, "model_config": state["model_config"], "featurizer": extra["featurizer"]}
+    return {
+        "train_config": saved_config,
+        "model_config": state["model_config"],
+        "model_type": extra.get("model_type", "dgn"),
+        "featurizer": extra["featurizer"],
+    }
