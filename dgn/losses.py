@@ -5,10 +5,15 @@
 * :func:`soft_label_cross_entropy`: the graded variant after the FGA-NDCG model card:
   the target at each layer is the relevance of the gold items still unpicked,
   normalised into a distribution.
+* :func:`soft_cross_entropy`: the card's loss for one ranking layer ``(B, N)``.
+* :func:`approx_ndcg_loss` and :func:`layerwise_approx_ndcg_loss`: ApproxNDCG (Qin, Liu
+  and Li, 2010), for one ranking layer and per greedy layer.
+* :func:`mix_sparse_dense`: the card's mixing, ``dense + sparse_weight * sparse``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -17,8 +22,15 @@ from torch import Tensor, nn
 __all__ = [
     "layerwise_cross_entropy",
     "soft_label_cross_entropy",
+    "soft_cross_entropy",
+    "approx_ndcg_loss",
+    "layerwise_approx_ndcg_loss",
+    "mix_sparse_dense",
     "LayerwiseCrossEntropy",
     "SoftLabelCrossEntropy",
+    "SoftCrossEntropy",
+    "ApproxNDCGLoss",
+    "LayerwiseApproxNDCG",
 ]
 
 Reduction = Literal["none", "mean", "sum"]
@@ -208,3 +220,249 @@ class SoftLabelCrossEntropy(nn.Module):
 
     def forward(self, states: Tensor, relevance: Tensor, indices: Tensor | None = None) -> Tensor:
         return soft_label_cross_entropy(states, relevance, indices, self.reduction, self.from_logits)
+
+
+# -- one ranking layer: soft cross entropy and ApproxNDCG ---------------------------------
+
+
+def _check_flat(logits: Tensor, relevance: Tensor, mask: Tensor | None) -> Tensor:
+    """Validate ``(B, N)`` inputs; the mask (all True when None) as a bool tensor."""
+    if not isinstance(logits, Tensor) or not logits.is_floating_point():
+        raise ValueError(f"logits must be a floating-point tensor, got {_describe(logits)}")
+    if logits.dim() != 2:
+        raise ValueError(f"logits must have shape (B, N), got {tuple(logits.shape)}")
+    if not isinstance(relevance, Tensor) or relevance.is_complex() or relevance.dtype == torch.bool:
+        raise ValueError(f"relevance must be a real tensor, got {_describe(relevance)}")
+    if tuple(relevance.shape) != tuple(logits.shape):
+        raise ValueError(f"relevance must have shape {tuple(logits.shape)}, got {tuple(relevance.shape)}")
+    if mask is None:
+        mask = torch.ones(logits.shape, dtype=torch.bool, device=logits.device)
+    elif not isinstance(mask, Tensor) or mask.dtype != torch.bool or tuple(mask.shape) != tuple(logits.shape):
+        raise ValueError(f"mask must be a bool tensor of shape {tuple(logits.shape)}, got {_describe(mask)}")
+    if not bool(torch.isfinite(relevance).all()) or bool((relevance < 0).any()):
+        raise ValueError("relevance must be finite and nonnegative")
+    real = logits[mask]
+    if bool(torch.isnan(real).any()) or bool((real == float("inf")).any()):
+        raise ValueError("logits contain NaN or +inf values at unmasked candidates")
+    return mask
+
+
+def _reduce_rows(per_row: Tensor, has: Tensor, reduction: str) -> Tensor:
+    """Reduce per-row losses; ``"mean"`` averages over the rows that have a target only."""
+    if reduction == "none":
+        return per_row
+    if reduction == "sum":
+        return per_row.sum()
+    if reduction == "mean":
+        n = has.sum()
+        return per_row.sum() / n.clamp_min(1).to(per_row.dtype)
+    raise ValueError(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+
+
+def soft_cross_entropy(
+    logits: Tensor, relevance: Tensor, mask: Tensor | None = None, reduction: Reduction = "mean"
+) -> Tensor:
+    r"""Soft-label cross entropy of one ranking layer (the FGA-NDCG model card's loss).
+
+    Per row, the target is ``p = r / sum(r)`` over the real candidates and the loss is
+    ``-sum_v p_v log softmax(logits)_v``, the softmax taken over the real candidates only.
+    On one-hot relevance it equals ``torch.nn.functional.cross_entropy``.
+
+    Args:
+        logits: ``(B, N)`` scores (anything, ``-inf`` included, where ``mask`` is False).
+        relevance: ``(B, N)`` nonnegative grades (binary gold for the sparse loss).
+        mask: ``(B, N)`` bool, True for real candidates; padded ones get no probability
+            and no gradient. None: all real.
+        reduction: ``"none"`` (``(B,)``), ``"sum"``, or ``"mean"`` over the rows with some
+            relevance (rows without any add 0 and are not counted; 0.0 when none has).
+
+    Returns:
+        The loss.
+
+    Raises:
+        ValueError: Wrong types or shapes, NaN or ``+inf`` logits at real candidates,
+            negative or non-finite relevance, or an unknown ``reduction``.
+
+    Example:
+        >>> logits = torch.tensor([[2.0, 0.0, 0.0]])
+        >>> round(float(soft_cross_entropy(logits, torch.tensor([[1.0, 1.0, 0.0]]))), 4)
+        1.2395
+    """
+    mask = _check_flat(logits, relevance, mask)
+    r = torch.where(mask, relevance.to(logits.dtype), torch.zeros_like(logits))
+    total = r.sum(-1, keepdim=True)
+    has = total.squeeze(-1) > 0
+    p = r / torch.where(total > 0, total, torch.ones_like(total))
+    safe = torch.where(mask, logits, torch.full_like(logits, float("-inf")))
+    all_padding = ~mask.any(-1, keepdim=True)
+    logp = torch.log_softmax(torch.where(all_padding, torch.zeros_like(safe), safe), dim=-1)
+    terms = torch.where(p > 0, -p * logp, torch.zeros_like(logp))
+    return _reduce_rows(terms.sum(-1), has, reduction)
+
+
+def _gain(relevance: Tensor, gain: str) -> Tensor:
+    if gain == "exp":
+        return torch.expm1(relevance * math.log(2.0))
+    if gain == "linear":
+        return relevance
+    raise ValueError(f"gain must be 'exp' or 'linear', got {gain!r}")
+
+
+def _check_approx(temperature: float, k: int | None) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+            or not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k <= 0):
+        raise ValueError(f"k must be a positive integer or None, got {k!r}")
+
+
+def _approx_ndcg_rows(logits: Tensor, relevance: Tensor, mask: Tensor, temperature: float, k: int | None,
+                      gain: str) -> tuple[Tensor, Tensor]:
+    """Per-row ``1 - approxNDCG`` and whether the row has an ideal DCG > 0."""
+    g = torch.where(mask, _gain(relevance.to(logits.dtype), gain), torch.zeros_like(logits))
+    s = torch.where(mask, logits, torch.zeros_like(logits))
+    # smooth rank: 1 + sum over the other real items u of sigmoid((s_u - s_v) / T)
+    diff = (s.unsqueeze(-2) - s.unsqueeze(-1)) / temperature  # [b, v, u] = s_u - s_v
+    pair = torch.sigmoid(diff) * (mask.unsqueeze(-2) & mask.unsqueeze(-1)).to(s.dtype)
+    rank = 1.0 + pair.sum(-1) - torch.sigmoid(torch.zeros((), dtype=s.dtype)) * mask.to(s.dtype)  # drop u = v
+    weight = 1.0 / torch.log2(1.0 + rank)
+    if k is not None:
+        weight = weight * torch.sigmoid((k + 0.5 - rank) / temperature)
+    dcg = (g * weight * mask.to(s.dtype)).sum(-1)
+    ideal_gains = torch.sort(g, dim=-1, descending=True).values
+    positions = torch.arange(1, g.shape[-1] + 1, dtype=s.dtype, device=s.device)
+    discount = 1.0 / torch.log2(1.0 + positions)
+    if k is not None:
+        discount = torch.where(positions <= k, discount, torch.zeros_like(discount))
+    ideal = (ideal_gains * discount).sum(-1)
+    has = ideal > 0
+    loss = torch.where(has, 1.0 - dcg / torch.where(has, ideal, torch.ones_like(ideal)), torch.zeros_like(ideal))
+    return loss, has
+
+
+def approx_ndcg_loss(
+    logits: Tensor,
+    relevance: Tensor,
+    temperature: float = 1.0,
+    k: int | None = None,
+    mask: Tensor | None = None,
+    reduction: Reduction = "mean",
+    gain: str = "exp",
+) -> Tensor:
+    r"""ApproxNDCG (Qin, Liu and Li, 2010): ``1 -`` a smooth nDCG of one ranking layer.
+
+    The rank of item v is replaced by the smooth rank
+    ``1 + sum_{u != v} sigmoid((s_u - s_v) / temperature)`` over the real candidates, and
+    nDCG's discount ``1 / log2(1 + rank)`` is taken of it. A cutoff ``k`` weights each
+    item by the smooth indicator ``sigmoid((k + 0.5 - rank) / temperature)``; the ideal
+    DCG is exact. As the temperature goes to 0 (scores without ties) the value tends to
+    ``1 - nDCG@k`` of the ranking by score.
+
+    Args:
+        logits: ``(B, N)`` scores.
+        relevance: ``(B, N)`` nonnegative grades.
+        temperature: Smoothness of the ranks (> 0).
+        k: Cutoff, or None for the whole list.
+        mask: ``(B, N)`` bool, True for real candidates (padded ones are out of every rank).
+        reduction: As :func:`soft_cross_entropy` (the mean is over rows with an ideal DCG > 0).
+        gain: ``"exp"`` (``2**r - 1``) or ``"linear"`` (``r``), as :data:`dgn.metrics.GAINS`.
+
+    Returns:
+        The loss in ``[0, 1]`` per row (before reduction).
+
+    Raises:
+        ValueError: As :func:`soft_cross_entropy`, or a bad ``temperature``, ``k`` or ``gain``.
+    """
+    mask = _check_flat(logits, relevance, mask)
+    _check_approx(temperature, k)
+    _gain(relevance[:0], gain)  # validates the name
+    loss, has = _approx_ndcg_rows(logits, relevance, mask, float(temperature), k, gain)
+    return _reduce_rows(loss, has, reduction)
+
+
+def layerwise_approx_ndcg_loss(
+    states: Tensor,
+    relevance: Tensor,
+    temperature: float = 1.0,
+    k: int | None = None,
+    indices: Tensor | None = None,
+    reduction: Reduction = "mean",
+    gain: str = "exp",
+) -> Tensor:
+    """ApproxNDCG per greedy layer, summed over the layers (the DGN's graded ranking loss).
+
+    Layer k ranks the candidates still open at that layer (finite logits, not picked by
+    an earlier layer) by its logits; its loss is :func:`approx_ndcg_loss` over those
+    candidates with their relevance. Layers with no open relevant candidate add 0.
+
+    Args:
+        states: ``(B, K, N)`` layer logits (``-inf`` where unavailable).
+        relevance: ``(B, N)`` nonnegative grades.
+        temperature, k, gain: As :func:`approx_ndcg_loss`.
+        indices: ``(B, K)`` the picks; default each layer's argmax.
+        reduction: ``"none"`` (``(B,)``), ``"mean"`` or ``"sum"`` over problems.
+
+    Raises:
+        ValueError: As :func:`layerwise_cross_entropy` and :func:`approx_ndcg_loss`.
+    """
+    _check(states, relevance, "relevance", True)
+    if bool((relevance < 0).any()) or not bool(torch.isfinite(relevance).all()):
+        raise ValueError("relevance must be finite and nonnegative")
+    _check_approx(temperature, k)
+    _gain(relevance[:0], gain)
+    B, K, N = states.shape
+    open_items = _unpicked_before(_picks(states, indices, True), N) & torch.isfinite(states)  # (B, K, N)
+    flat_mask = open_items.reshape(B * K, N)
+    flat_rel = relevance.to(states.dtype).unsqueeze(1).expand(B, K, N).reshape(B * K, N)
+    loss, _ = _approx_ndcg_rows(states.reshape(B * K, N), flat_rel, flat_mask, float(temperature), k, gain)
+    return _reduce(loss.reshape(B, K).sum(-1), reduction)
+
+
+def mix_sparse_dense(dense: Tensor, sparse: Tensor, sparse_weight: float) -> Tensor:
+    """The FGA-NDCG model card's mixing: ``dense + sparse_weight * sparse``.
+
+    Raises:
+        ValueError: ``sparse_weight`` negative or not finite.
+    """
+    if isinstance(sparse_weight, bool) or not isinstance(sparse_weight, (int, float)) \
+            or not math.isfinite(sparse_weight) or sparse_weight < 0:
+        raise ValueError(f"sparse_weight must be a finite number >= 0, got {sparse_weight!r}")
+    return dense + sparse_weight * sparse
+
+
+class SoftCrossEntropy(nn.Module):
+    """Module form of :func:`soft_cross_entropy`."""
+
+    def __init__(self, reduction: Reduction = "mean") -> None:
+        super().__init__()
+        self.reduction = reduction
+
+    def forward(self, logits: Tensor, relevance: Tensor, mask: Tensor | None = None) -> Tensor:
+        return soft_cross_entropy(logits, relevance, mask, self.reduction)
+
+
+class ApproxNDCGLoss(nn.Module):
+    """Module form of :func:`approx_ndcg_loss`."""
+
+    def __init__(self, temperature: float = 1.0, k: int | None = None, reduction: Reduction = "mean",
+                 gain: str = "exp") -> None:
+        super().__init__()
+        _check_approx(temperature, k)
+        self.temperature, self.k, self.reduction, self.gain = temperature, k, reduction, gain
+
+    def forward(self, logits: Tensor, relevance: Tensor, mask: Tensor | None = None) -> Tensor:
+        return approx_ndcg_loss(logits, relevance, self.temperature, self.k, mask, self.reduction, self.gain)
+
+
+class LayerwiseApproxNDCG(nn.Module):
+    """Module form of :func:`layerwise_approx_ndcg_loss`."""
+
+    def __init__(self, temperature: float = 1.0, k: int | None = None, reduction: Reduction = "mean",
+                 gain: str = "exp") -> None:
+        super().__init__()
+        _check_approx(temperature, k)
+        self.temperature, self.k, self.reduction, self.gain = temperature, k, reduction, gain
+
+    def forward(self, states: Tensor, relevance: Tensor, indices: Tensor | None = None) -> Tensor:
+        return layerwise_approx_ndcg_loss(states, relevance, self.temperature, self.k, indices, self.reduction,
+                                          self.gain)

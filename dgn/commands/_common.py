@@ -174,11 +174,12 @@ def load_featurizer(
         raise  # names its file (the vectors) already
     except DgnUserError as exc:  # a bad recorded setting (dim, mean, std)
         raise DgnUserError(f"{model_dir}: field 'extra.featurizer': {exc}") from None
-    if featurizer.dim != model.config.in_features:
+    expected = model.config["in_features"] if isinstance(model.config, dict) else model.config.in_features
+    if featurizer.dim != expected:
         raise DgnUserError(
             f"the features ({featurizer.describe()}"
             + (f", vectors file {featurizer.vectors_path}" if featurizer.vectors_path else "")
-            + f") do not match the model in {model_dir}, which expects {model.config.in_features}"
+            + f") do not match the model in {model_dir}, which expects {expected}"
         )
     return featurizer
 
