@@ -23,9 +23,15 @@ if TYPE_CHECKING:
     from dgn.greedy import Selection, SoftSelection, greedy_select, soft_greedy_select
     from dgn.layer import GreedyLayer
     from dgn.losses import (
+        ApproxNDCGLoss,
+        LayerwiseApproxNDCG,
         LayerwiseCrossEntropy,
+        SoftCrossEntropy,
         SoftLabelCrossEntropy,
+        approx_ndcg_loss,
+        layerwise_approx_ndcg_loss,
         layerwise_cross_entropy,
+        soft_cross_entropy,
         soft_label_cross_entropy,
     )
     from dgn.model import DGN, DGNConfig, DGNOutput
@@ -44,6 +50,12 @@ _LAZY = {
     "SoftLabelCrossEntropy": "dgn.losses",
     "layerwise_cross_entropy": "dgn.losses",
     "soft_label_cross_entropy": "dgn.losses",
+    "soft_cross_entropy": "dgn.losses",
+    "approx_ndcg_loss": "dgn.losses",
+    "layerwise_approx_ndcg_loss": "dgn.losses",
+    "SoftCrossEntropy": "dgn.losses",
+    "ApproxNDCGLoss": "dgn.losses",
+    "LayerwiseApproxNDCG": "dgn.losses",
     "DGN": "dgn.model",
     "DGNConfig": "dgn.model",
     "DGNOutput": "dgn.model",
@@ -73,6 +85,12 @@ __all__ = [
     "soft_label_cross_entropy",
     "LayerwiseCrossEntropy",
     "SoftLabelCrossEntropy",
+    "soft_cross_entropy",
+    "approx_ndcg_loss",
+    "layerwise_approx_ndcg_loss",
+    "SoftCrossEntropy",
+    "ApproxNDCGLoss",
+    "LayerwiseApproxNDCG",
     "DgnUserError",
     "DataError",
 ]

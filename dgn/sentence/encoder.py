@@ -63,6 +63,12 @@ def load_sentence_model(
         from sentence_transformers import SentenceTransformer
     except ImportError:
         raise DgnUserError("sentence encoders need the 'encoders' extra: pip install 'dgn[encoders]'") from None
+    from dgn._progress import bars
+
+    if not bars(True):  # transformers draws its own weight-loading bar
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     model = SentenceTransformer(path, device="cpu")
     model.max_seq_length = max_seq_length
     return model
