@@ -11,7 +11,9 @@ A run maps a query id to ``{item id: score}`` (higher is better), the shape of r
     ['s0', 's3', 's4', 's9']
 
 Methods: see :data:`FUSION_METHODS` and the modules :mod:`dgn.fusion.classic` (RRF,
-CombSUM, CombMNZ, Borda).
+CombSUM, CombMNZ, Borda), :mod:`dgn.fusion.graphs` (fusion graphs, FG retrieval) and
+:mod:`dgn.fusion.vectors` (fusion vectors, exact and HNSW search);
+:mod:`dgn.fusion.protocol` has the Fusion Vectors evaluation protocol.
 """
 
 from __future__ import annotations
@@ -20,14 +22,20 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dgn.fusion.classic import NORMS, FusedRun, Run, borda, combmnz, combsum, rrf
+from dgn.fusion.protocol import fusion_graph_fuse, fusion_vector_fuse
 
-__all__ = ["fuse", "FUSION_METHODS", "NORMS", "Run", "FusedRun", "rrf", "combsum", "combmnz", "borda"]
+__all__ = [
+    "fuse", "FUSION_METHODS", "NORMS", "Run", "FusedRun", "rrf", "combsum", "combmnz", "borda",
+    "fusion_graph_fuse", "fusion_vector_fuse",
+]
 
 _METHODS: dict[str, tuple[Callable[..., FusedRun], tuple[str, ...]]] = {
     "rrf": (rrf, ("k",)),
     "combsum": (combsum, ("norm",)),
     "combmnz": (combmnz, ("norm",)),
     "borda": (borda, ()),
+    "fg": (fusion_graph_fuse, ("L", "depth", "similarity")),
+    "fv": (fusion_vector_fuse, ("L", "depth", "embedding", "comparator", "index")),
 }
 #: The names :func:`fuse` accepts.
 FUSION_METHODS: tuple[str, ...] = tuple(_METHODS)
@@ -41,7 +49,13 @@ def fuse(runs: Sequence[Run], method: str = "rrf", **params: Any) -> FusedRun:
             some runs.
         method: One of :data:`FUSION_METHODS`: ``"rrf"`` (param ``k=60``), ``"combsum"``
             and ``"combmnz"`` (param ``norm="min-max"``, one of :data:`NORMS`),
-            ``"borda"``.
+            ``"borda"``; ``"fg"`` (fusion graphs; ``L=20``, ``depth=100``,
+            ``similarity="mcs"``) and ``"fv"`` (fusion vectors; ``L``, ``depth``,
+            ``embedding="vertex"``, ``comparator="cosine"``, ``index=False``). ``"fg"`` and
+            ``"fv"`` rank a collection by the similarity of fusion graphs, so they need
+            every item's own lists: the runs' query ids are the collection, each query's
+            lists being that item's (the self-retrieval setting of the Fusion Vectors
+            protocol).
         **params: The method's parameters.
 
     Returns:
