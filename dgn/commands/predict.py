@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from dgn.errors import DgnUserError
 
 if TYPE_CHECKING:
     from dgn.data import Prediction
@@ -31,6 +34,13 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p.add_argument("--vectors", default=None, help="word vectors (default: the file recorded in the checkpoint)")
     p.add_argument("--cache-dir", default=None, help="feature cache (default: $DGN_CACHE_DIR, else ~/.cache/dgn)")
     p.add_argument("--batch-size", type=types["positive_int"], default=64, help="problems per batch")
+    p.add_argument("--top-l", type=types["positive_int"], default=None,
+                   help="cut each problem to its L best candidates by the candidate stage first "
+                   "(default: the stage the model was trained with, if any)")
+    p.add_argument("--rankers", default=None,
+                   help="with --top-l: the candidate stage's rankers, from tfidf, bm25, sentence (default: bm25)")
+    p.add_argument("--fusion", default=None, choices=("rrf", "combsum", "combmnz", "borda", "fg", "fv"),
+                   help="with --top-l: how the rankers' lists are fused (default: rrf)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(handler=_predict)
 
@@ -111,19 +121,61 @@ def _predict(args: argparse.Namespace) -> int:
     from dgn.sentence.finetune import is_end_to_end_model
 
     if is_end_to_end_model(args.model):
+        for option, value in (("--top-l", args.top_l), ("--rankers", args.rankers), ("--fusion", args.fusion)):
+            if value is not None:
+                raise DgnUserError(f"{option}: an end-to-end model applies the cut it was trained with")
         return _predict_end_to_end(args)
+
+    import tempfile
 
     from dgn.pipeline import SelectionDataset
 
     model = load_model(args.model)
+    stage = _predict_stage(args, model)
     featurizer = load_featurizer(
         model, args.model, vectors=args.vectors, cache_dir=args.cache_dir, progress=not args.quiet
     )
-    data = SelectionDataset(args.data, featurizer)
     k = args.k if args.k is not None else getattr(getattr(model, "config", None), "steps", 7)
-    n = write_predictions(args.output, predict_dataset(model, data, k, args.batch_size))
+    with tempfile.TemporaryDirectory(prefix="dgn-candidates-") as tmp:
+        data_path, kept = args.data, None
+        if stage is not None:
+            if not args.quiet:
+                print(f"candidate stage: {stage.describe()}", flush=True)
+            data_path = str(Path(tmp) / "candidates.jsonl")
+            kept = stage.cut_file(args.data, data_path, progress=not args.quiet)
+        data = SelectionDataset(data_path, featurizer)
+        predictions = predict_dataset(model, data, k, args.batch_size)
+        if kept is not None:
+            predictions = _restore_indices(predictions, [info.id for info in data.infos], kept)
+        n = write_predictions(args.output, predictions)
     print(f"{args.output}: {n} predictions (k = {k})")
     return 0
+
+
+def _predict_stage(args: argparse.Namespace, model: Any) -> Any:
+    """The candidate stage from the options, else the one recorded in the model, else None."""
+    from dgn.fusion.candidates import CandidateStage
+
+    given = [o for o, v in (("--rankers", args.rankers), ("--fusion", args.fusion)) if v is not None]
+    if args.top_l is None:
+        if given:
+            raise DgnUserError(f"{', '.join(given)}: the candidate stage needs --top-l L")
+        recorded = (getattr(model, "extra", None) or {}).get("candidate_stage")
+        return None if recorded is None else CandidateStage.from_settings(recorded)
+    return CandidateStage(
+        args.rankers if args.rankers is not None else ("bm25",), args.fusion or "rrf", args.top_l,
+        ((getattr(model, "extra", None) or {}).get("featurizer") or {}).get("encoder_model"),
+    )
+
+
+def _restore_indices(predictions: Iterator[Prediction], ids: list[str], kept: list[list[int]]) -> Iterator[Prediction]:
+    """Map picks on cut problems back to the original candidate indices."""
+    from dgn.data import Prediction
+
+    by_id = dict(zip(ids, kept, strict=True))
+    for pred in predictions:
+        index = by_id[pred.id]
+        yield Prediction(pred.id, [index[i] for i in pred.ranking], pred.scores)
 
 
 def _predict_end_to_end(args: argparse.Namespace) -> int:

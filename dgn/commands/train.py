@@ -97,7 +97,14 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p.add_argument("--encoder-lr", type=types["positive_float"], default=None,
                    help="with --finetune-encoder: AdamW learning rate of the transformer (default 2e-5)")
     p.add_argument("--top-l", type=types["positive_int"], default=None,
-                   help="with --finetune-encoder: cut each problem to its L BM25-best candidates (long lists)")
+                   help="cut each problem to its L best candidates by the candidate stage (--rankers, "
+                   "--fusion; with --finetune-encoder: BM25) before training; training keeps every gold "
+                   "candidate, and the stage is recorded so that predict applies it")
+    p.add_argument("--rankers", default=None,
+                   help="with --top-l: comma list of the candidate stage's rankers, from tfidf, bm25, "
+                   "sentence (default: bm25)")
+    p.add_argument("--fusion", default=None, choices=("rrf", "combsum", "combmnz", "borda", "fg", "fv"),
+                   help="with --top-l: how the rankers' lists are fused (default: rrf)")
     p.add_argument("--cache-dir", default=None, help="feature cache (default: $DGN_CACHE_DIR, else ~/.cache/dgn)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
@@ -188,12 +195,15 @@ def _train(args: argparse.Namespace) -> int:
         missing = " and ".join(o for o, v in (("--train", args.train), ("--output", args.output)) if v is None)
         raise DgnUserError(f"{missing}: required (unless --resume DIR continues a run)")
     if args.finetune_encoder:
+        for option, value in (("--rankers", args.rankers), ("--fusion", args.fusion)):
+            if value is not None:
+                raise DgnUserError(f"{option}: not used with --finetune-encoder (its --top-l cut is BM25's)")
         if args.model_type is not None:
             raise DgnUserError("--model-type: not used with --finetune-encoder (see --loss for its heads)")
         return _finetune(args, model_over, train_over, ft_over)
-    for option, value in (("--encoder-lr", args.encoder_lr), ("--top-l", args.top_l)):
-        if value is not None:
-            raise DgnUserError(f"{option}: only used with --finetune-encoder")
+    if args.encoder_lr is not None:
+        raise DgnUserError("--encoder-lr: only used with --finetune-encoder")
+    stage = _candidate_stage(args, saved)
     if args.model_type not in (None, "dgn"):
         if saved is not None:
             raise DgnUserError("--model-type: the model of a resumed run cannot change; leave it out")
@@ -233,6 +243,16 @@ def _train(args: argparse.Namespace) -> int:
             print(f"training on {len(train_files)} files together: {args.train}", flush=True)
     else:
         args.train = train_files[0]
+    if stage is not None and saved is None:
+        if progress:
+            print(f"candidate stage: {stage.describe()} (training keeps every gold candidate)", flush=True)
+        cut_train = out / "candidates-train.jsonl"
+        stage.cut_file(args.train, cut_train, keep_gold=True, progress=progress)
+        args.train = str(cut_train)
+        if args.dev is not None:
+            cut_dev = out / "candidates-dev.jsonl"
+            stage.cut_file(args.dev, cut_dev, progress=progress)
+            args.dev = str(cut_dev)
     if saved is not None and (args.features is not None or args.encoder_model is not None):
         raise DgnUserError("--features, --encoder-model: a resumed run featurizes as it did; leave them out")
     if args.features is not None:
@@ -304,6 +324,7 @@ def _train(args: argparse.Namespace) -> int:
                 "train_config": asdict(config),
                 "dev_metrics": metrics,
                 "epoch": epoch,
+                **({"candidate_stage": stage.settings()} if stage is not None else {}),
             },
         )
 
@@ -312,6 +333,7 @@ def _train(args: argparse.Namespace) -> int:
         "featurizer": featurizer.settings(),
         "train": str(Path(args.train).resolve()),
         "dev": None if args.dev is None else str(Path(args.dev).resolve()),
+        "candidate_stage": None if stage is None else stage.settings(),
         "train_sha256": _sha256(args.train),
         "dev_sha256": None if args.dev is None else _sha256(args.dev),
     }
@@ -424,6 +446,28 @@ def _sha256(path: str) -> str:
     return file_sha256(path)
 
 
+def _candidate_stage(args: argparse.Namespace, saved: dict[str, Any] | None) -> Any:
+    """The candidate stage of ``--top-l``/``--rankers``/``--fusion`` (a resumed run: its own)."""
+    from dgn.errors import DgnUserError
+    from dgn.fusion.candidates import CandidateStage
+
+    given = [o for o, v in (("--top-l", args.top_l), ("--rankers", args.rankers), ("--fusion", args.fusion))
+             if v is not None]
+    if saved is not None:
+        if given:
+            raise DgnUserError(f"{', '.join(given)}: a resumed run keeps its candidate stage; leave them out")
+        recorded = saved.get("candidate_stage")
+        return None if recorded is None else CandidateStage.from_settings(recorded)
+    if not given:
+        return None
+    if args.top_l is None:
+        raise DgnUserError(f"{', '.join(given)}: the candidate stage needs --top-l L")
+    return CandidateStage(
+        args.rankers if args.rankers is not None else ("bm25",),
+        args.fusion or "rrf", args.top_l, args.encoder_model,
+    )
+
+
 def _resume_settings(
     args: argparse.Namespace, model_over: dict[str, Any], train_over: dict[str, Any], ft_over: dict[str, Any]
 ) -> dict[str, Any]:
@@ -484,4 +528,5 @@ def _resume_settings(
         "model_config": state["model_config"],
         "model_type": extra.get("model_type", "dgn"),
         "featurizer": extra["featurizer"],
+        "candidate_stage": extra.get("candidate_stage"),
     }
