@@ -1,0 +1,148 @@
+"""The candidate stage: fused orders against independent computations, cuts, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dgn.data import Problem
+from dgn.errors import DgnUserError
+from dgn.fusion.candidates import CandidateStage, parse_rankers
+
+CLAIM = "the river flooded the old town in 1921"
+CANDIDATES = [
+    "a cat sat on the mat",
+    "the old town was flooded by the river in 1921",
+    "floods hit many towns",
+    "the town hall is old",
+    "in 1921 the river rose",
+    "bread is baked daily",
+]
+
+
+def _problem() -> Problem:
+    return Problem("p1", CLAIM, list(CANDIDATES), [[1, 4], [2]], relevance=[0, 3, 1, 0, 2, 0])
+
+
+def _rank_desc(scores: np.ndarray) -> list[int]:
+    return [int(i) for i in np.lexsort((np.arange(len(scores)), -scores))]
+
+
+def test_single_ranker_order_is_that_rankers_order() -> None:
+    from dgn.features.lexical import bm25_scores
+
+    stage = CandidateStage(("bm25",), "rrf", top_l=3)
+    assert stage.order(CLAIM, CANDIDATES) == _rank_desc(bm25_scores(CLAIM, CANDIDATES))
+
+
+def test_rrf_of_two_rankers_by_hand() -> None:
+    from dgn.features import TfidfScorer
+    from dgn.features.lexical import bm25_scores
+
+    tfidf = TfidfScorer().fit([CLAIM, *CANDIDATES]).score(CLAIM, CANDIDATES)
+    bm25 = bm25_scores(CLAIM, CANDIDATES)
+    fused = np.zeros(len(CANDIDATES))
+    for scores in (tfidf, bm25):
+        for rank, v in enumerate(_rank_desc(scores), start=1):
+            fused[v] += 1.0 / (60 + rank)
+    stage = CandidateStage(("tfidf", "bm25"), "rrf", top_l=3)
+    assert stage.order(CLAIM, CANDIDATES) == _rank_desc(fused)
+
+
+@pytest.mark.parametrize("fusion", ["combsum", "combmnz", "borda", "fg", "fv"])
+def test_every_fusion_gives_a_permutation(fusion: str) -> None:
+    order = CandidateStage(("tfidf", "bm25"), fusion, top_l=2).order(CLAIM, CANDIDATES)
+    assert sorted(order) == list(range(len(CANDIDATES)))
+    assert order[0] == 1  # the near-paraphrase wins under every fusion
+
+
+def test_cut_reindexes_gold_relevance_and_keeps_gold_for_training() -> None:
+    stage = CandidateStage(("bm25",), "rrf", top_l=2)
+    problem = _problem()
+    cut, keep = stage.cut(problem)
+    assert len(keep) == 2
+    assert cut.candidates == [CANDIDATES[v] for v in keep]
+    assert cut.relevance == [problem.relevance[v] for v in keep]
+    assert cut.meta["candidate_index"] == keep
+    expected_gold = [sorted(keep.index(v) for v in g if v in keep) for g in problem.gold]
+    assert cut.gold == [g for g in expected_gold if g]
+    train_cut, train_keep = stage.cut(problem, keep_gold=True)
+    assert train_keep[:2] == keep
+    assert {1, 2, 4} <= set(train_keep)
+    assert sorted(v for g in train_cut.gold for v in g) == sorted(
+        train_keep.index(v) for v in (1, 2, 4))
+    small, same = CandidateStage(("bm25",), "rrf", top_l=10).cut(problem)
+    assert small is problem and same == list(range(6))
+
+
+def test_sentence_ranker_is_the_encoder_cosine() -> None:
+    pytest.importorskip("sentence_transformers")
+    from dgn.sentence.encoder import encode_texts, load_sentence_model
+
+    emb = np.asarray(encode_texts(load_sentence_model(), [CLAIM, *CANDIDATES], progress=False), dtype=np.float64)
+    cos = emb[1:] @ emb[0] / (np.linalg.norm(emb[1:], axis=1) * np.linalg.norm(emb[0]))
+    stage = CandidateStage(("sentence",), "rrf", top_l=3)
+    assert stage.order(CLAIM, CANDIDATES) == _rank_desc(cos)
+
+
+@pytest.mark.parametrize(("kwargs", "needle"), [
+    ({"rankers": ("bm26",)}, "unknown ranker(s) bm26"),
+    ({"rankers": ("bm25", "bm25")}, "named twice"),
+    ({"fusion": "mean"}, "--fusion 'mean': unknown"),
+    ({"top_l": 0}, "positive integer"),
+])
+def test_stage_errors(kwargs: dict, needle: str) -> None:
+    with pytest.raises(DgnUserError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        CandidateStage(**{"rankers": ("bm25",), "fusion": "rrf", "top_l": 3, **kwargs})
+    assert parse_rankers("tfidf, bm25") == ("tfidf", "bm25")
+
+
+def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    from dgn.cli import main
+
+    capsys.readouterr()
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_train_and_predict_with_a_candidate_stage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dgn.data import read_predictions, write_problems
+
+    monkeypatch.setenv("DGN_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    words = "river town flood old year rain bridge storm water street".split()
+    problems = []
+    for i in range(24):
+        claim = " ".join(rng.choice(words, 4))
+        cands = [" ".join(rng.choice(words, 5)) for _ in range(9)]
+        problems.append(Problem(f"c{i}", claim, cands, [[int(rng.integers(9))]]))
+    data = tmp_path / "data.jsonl"
+    write_problems(data, problems)
+    model = tmp_path / "model"
+    code, out, err = _cli(["train", "--train", data, "--dev", data, "--output", model, "--features", "lexical",
+                           "--top-l", 4, "--rankers", "tfidf,bm25", "--epochs", 1, "--quiet"], capsys)
+    assert code == 0, err
+    recorded = json.loads((model / "config.json").read_text())["extra"]["candidate_stage"]
+    assert recorded == {"rankers": ["tfidf", "bm25"], "fusion": "rrf", "top_l": 4, "encoder_model": None}
+    preds = tmp_path / "preds.jsonl"
+    code, out, err = _cli(["predict", "--model", model, "--data", data, "--output", preds, "--k", 3, "--quiet"],
+                          capsys)
+    assert code == 0, err
+    stage = CandidateStage(("tfidf", "bm25"), "rrf", top_l=4)
+    for problem, pred in zip(problems, read_predictions(preds), strict=True):
+        allowed = set(stage.order(problem.query, problem.candidates)[:4])
+        assert len(pred.ranking) == 3
+        assert set(pred.ranking) <= allowed, problem.id
+    code, _, err = _cli(["train", "--train", data, "--output", tmp_path / "m2", "--rankers", "bm25"], capsys)
+    assert code != 0 and "needs --top-l" in err
+    code, _, err = _cli(["predict", "--model", model, "--data", data, "--output", preds, "--fusion", "fg"], capsys)
+    assert code != 0 and "needs --top-l" in err
