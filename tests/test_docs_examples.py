@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-FILES = ["README.md", "docs/objectives.md", "docs/dgn.md", "docs/losses.md"]
+FILES = ["README.md", "docs/objectives.md", "docs/dgn.md", "docs/losses.md", "docs/fusion.md"]
 PAIR = re.compile(r"```python\n(?P<code>.*?)```\s*\n(?:Output:\s*\n\s*)?```text\n(?P<out>.*?)```", re.S)
 
 
