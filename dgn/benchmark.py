@@ -86,6 +86,9 @@ class BenchmarkSettings:
         features: Feature blocks (None: :func:`dgn.features.family.default_feature_names`,
             with ``wordvec`` in front when word vectors are given).
         encoder_model: The sentence block's encoder (None: all-MiniLM-L6-v2).
+        candidate_stage: Settings of a :class:`dgn.fusion.candidates.CandidateStage`
+            (``{"rankers", "fusion", "top_l"}``) that cuts every problem before all rows
+            (training keeps the gold beyond the cut); scores are against the original gold.
     """
 
     seed: int = 0
@@ -96,6 +99,7 @@ class BenchmarkSettings:
     models: tuple[str, ...] = MODEL_NAMES
     features: tuple[str, ...] | None = None
     encoder_model: str | None = None
+    candidate_stage: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -274,10 +278,23 @@ def run_benchmark(
         print(f"features: {','.join(features)}; training seeds {list(s.seeds)}"
               + (f"; {s.folds}-fold cross-validation" if s.folds else ""), flush=True)
 
-    per_split = [
-        _run_split(paths, features, vectors, embedding_vectors, s, cache_dir, progress, out, save=(i == len(splits) - 1))
-        for i, paths in enumerate(splits)
-    ]
+    stage = None
+    if s.candidate_stage is not None:
+        from dgn.fusion.candidates import CandidateStage
+
+        stage = CandidateStage.from_settings({"encoder_model": s.encoder_model, **s.candidate_stage})
+        if progress:
+            print(f"candidate stage: {stage.describe()} (training keeps every gold candidate)", flush=True)
+    per_split = []
+    for i, paths in enumerate(splits):
+        kept = None
+        if stage is not None:
+            paths, kept = _cut_split(paths, stage, out / "data" / "candidates" / f"split{i}", progress)
+        part = _run_split(paths, features, vectors, embedding_vectors, s, cache_dir, progress, out,
+                          save=(i == len(splits) - 1))
+        if kept is not None:
+            _restore_split(part, kept)
+        per_split.append(part)
     # Pool the test problems of every split, then score: per seed for trained rows.
     golds = [g for part in per_split for g in part["golds"]]
     rows: dict[str, dict[str, Any]] = {}
@@ -324,11 +341,40 @@ def run_benchmark(
         "splits": first["sizes"] if not s.folds else {"test": len(golds), "folds": s.folds},
         "model_config": first["model_config"],
         "train_config": first["train_config"],
+        "candidate_stage": None if stage is None else stage.settings(),
         "models": rows,
         "created": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     write_reports(results, out)
     return results
+
+
+def _cut_split(
+    paths: dict[str, Path], stage: Any, work: Path, progress: bool
+) -> tuple[dict[str, Path], dict[str, Any]]:
+    """The split's files cut by the candidate stage, and what :func:`_restore_split` needs."""
+    from dgn.data import read_problems
+
+    work.mkdir(parents=True, exist_ok=True)
+    cut = {name: work / f"{name}.jsonl" for name in paths}
+    kept_test: list[list[int]] = []
+    for name, path in paths.items():
+        kept = stage.cut_file(path, cut[name], keep_gold=(name == "train"), progress=progress)
+        if name == "test":
+            kept_test = kept
+    return cut, {"indices": kept_test, "problems": list(read_problems(paths["test"]))}
+
+
+def _restore_split(part: dict[str, Any], kept: dict[str, Any]) -> None:
+    """Map a cut split's test rankings back to the original candidates and gold."""
+    indices = kept["indices"]
+    for name, per_seed in part["rankings"].items():
+        part["rankings"][name] = [
+            [[index[j] for j in ranking] for ranking, index in zip(rankings, indices, strict=True)]
+            for rankings in per_seed
+        ]
+    part["test_problems"] = kept["problems"]
+    part["golds"] = [p.gold for p in kept["problems"]]
 
 
 def _run_split(

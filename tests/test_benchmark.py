@@ -102,3 +102,31 @@ def test_unknown_dataset_is_a_user_error(workspace):
 
     with pytest.raises(DgnUserError, match="unknown benchmark dataset 'mnist'"):
         run_benchmark("mnist", vectors=workspace / "vectors.vec", output=workspace / "x")
+
+
+def test_candidate_stage_rows_are_scored_on_the_original_candidates(workspace):
+    """With a BM25 top-1 cut, recall counts against the original gold: a row that ranks the
+    kept candidate reaches exactly the cut's own recall, and none goes past it."""
+    from dgn.data import read_problems
+    from dgn.fusion.candidates import CandidateStage
+    from dgn.metrics import evaluate_rankings
+
+    results = run_benchmark(
+        "fm2",
+        vectors=workspace / "vectors.vec",
+        output=workspace / "cut",
+        data_dir=workspace / "data",
+        settings=BenchmarkSettings(epochs=1, seeds=(0,), features=("lexical",), models=("BM25", "DGN"),
+                                   candidate_stage={"rankers": ["bm25"], "fusion": "rrf", "top_l": 1}),
+        cache_dir=workspace / "cache",
+        progress=False,
+    )
+    assert results["candidate_stage"]["top_l"] == 1
+    test = list(read_problems(workspace / "cut" / "data" / "test.jsonl"))
+    stage = CandidateStage(("bm25",), "rrf", 1)
+    kept = [stage.cut(p)[1] for p in test]
+    ceiling = evaluate_rankings(kept, [p.gold for p in test], ks=(1,), names=("recall",))["recall@1"]
+    assert ceiling < 1.0  # the cut loses gold on this data
+    assert results["models"]["BM25"]["metrics"]["recall@7"] == pytest.approx(ceiling)
+    assert results["models"]["BM25"]["metrics"]["recall@5"] == pytest.approx(ceiling)
+    assert results["models"]["DGN"]["metrics"]["recall@7"] <= ceiling + 1e-12

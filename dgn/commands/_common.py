@@ -111,7 +111,8 @@ def load_model(directory: str, *, dgn_only: bool = False, purpose: str = "") -> 
         dgn_only: Refuse an encoder scorer's checkpoint with a one-line error.
         purpose: What needs a DGN (for that error).
     """
-    from dgn.model import DGN, load_model as load_any
+    from dgn.model import DGN
+    from dgn.model import load_model as load_any
 
     require_dir(directory, "--model", "model directory")
     model = load_any(directory)

@@ -48,6 +48,13 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         help="add the DGN's objective ablations: coverage only (no modular term), modular only (no coverage)",
     )
     p.add_argument("--epochs", type=types["positive_int"], default=None, help="maximum epochs (default: dgn.train.TrainConfig's)")
+    p.add_argument("--top-l", type=types["positive_int"], default=None,
+                   help="cut every problem to its L best candidates by the candidate stage before every row "
+                   "(training keeps the gold beyond the cut; scores count the cut's losses)")
+    p.add_argument("--rankers", default=None,
+                   help="with --top-l: the candidate stage's rankers, from tfidf, bm25, sentence (default: bm25)")
+    p.add_argument("--fusion", default=None, choices=("rrf", "combsum", "combmnz", "borda", "fg", "fv"),
+                   help="with --top-l: how the rankers' lists are fused (default: rrf)")
     p.add_argument("--cache-dir", default=None, help="feature cache (default: $DGN_CACHE_DIR, else ~/.cache/dgn)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(handler=_benchmark)
@@ -92,6 +99,13 @@ def _benchmark(args: argparse.Namespace) -> int:
             raise DgnUserError("--features wordvec: needs --vectors PATH")
     if args.encoder_model is not None:
         overrides["encoder_model"] = args.encoder_model
+    if args.top_l is not None:
+        from dgn.fusion.candidates import CandidateStage
+
+        stage = CandidateStage(args.rankers or ("bm25",), args.fusion or "rrf", args.top_l)  # checks the names
+        overrides["candidate_stage"] = {k: v for k, v in stage.settings().items() if k != "encoder_model"}
+    elif args.rankers is not None or args.fusion is not None:
+        raise DgnUserError("--rankers, --fusion: the candidate stage needs --top-l L")
     models = list(MODEL_NAMES)
     if args.ablation:
         models += [m for m in EXTRA_MODELS if m.startswith("DGN (")]
