@@ -111,6 +111,10 @@ class BenchmarkSettings:
             raise ValueError(f"BenchmarkSettings.models: unknown rows {unknown}")
 
 
+#: Rank metrics reported when the data carries graded relevance.
+GRADED_METRICS: tuple[str, ...] = ("ndcg@3", "ndcg@5", "mrr@7")
+
+
 def _split(problems: Sequence[Any], fractions: dict[str, float], seed: int, salt: str = "split") -> dict[str, list[int]]:
     """Seeded index parts of ``problems`` (``train`` takes the rest)."""
     order = list(range(len(problems)))
@@ -301,6 +305,9 @@ def run_benchmark(
     names = [n for n in MODEL_NAMES + EXTRA_MODELS if n in per_split[0]["rankings"]]
     from dgn.metrics import evaluate_rankings
 
+    # graded relevance in the data (CLIMATE-FEVER's votes): nDCG and MRR beside recall
+    graded = all(p.relevance is not None for part in per_split for p in part["test_problems"])
+
     for name in names:
         label = per_split[0]["labels"].get(name, name)
         if name == "TF-IDF" and len(per_split) > 1:
@@ -312,6 +319,11 @@ def run_benchmark(
             rankings = [rk for part in per_split for rk in part["rankings"][name][r]]
             run = evaluate_rankings(rankings, golds, ks=s.ks, names=("recall", "precision", "f1", "strict"))
             problems = [p for part in per_split for p in part["test_problems"]]
+            if graded:
+                run.update(evaluate_rankings(
+                    rankings, golds, relevances=[p.relevance for p in problems], names=GRADED_METRICS
+                ))
+                run.pop("count", None)
             run.update({f"redundancy@{k}": redundancy(rankings, problems, k) for k in s.ks if k > 1})
             runs.append(run)
         mean, sd = _mean_sd(runs)
@@ -342,6 +354,7 @@ def run_benchmark(
         "model_config": first["model_config"],
         "train_config": first["train_config"],
         "candidate_stage": None if stage is None else stage.settings(),
+        "graded_metrics": list(GRADED_METRICS) if graded else None,
         "models": rows,
         "created": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
@@ -507,6 +520,17 @@ def _cell(row: dict[str, Any], key: str) -> str:
     return value + (f" ± {sd[key]:.3f}" if sd else "")
 
 
+def format_graded(results: dict[str, Any]) -> str:
+    """nDCG and MRR from the data's graded relevance, one row per model ("" without grades)."""
+    names = results.get("graded_metrics")
+    if not names:
+        return ""
+    lines = ["| model | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for name, row in results["models"].items():
+        lines.append(f"| {name} | " + " | ".join(_cell(row, m) for m in names) + " |")
+    return "\n".join(lines)
+
+
 def format_results(results: dict[str, Any], *, f1: bool = True) -> str:
     """The paper's Table 1 layout: a block per k, one row per model (trained rows: mean ± sd)."""
     ks = results["ks"]
@@ -545,6 +569,9 @@ def write_reports(results: dict[str, Any], out: Path) -> None:
     )
     with atomic_write(out / "results.md") as fh:
         fh.write(header + format_results(results) + "\n")
+        if results.get("graded_metrics"):
+            fh.write("\nGraded relevance (the data's `relevance`; recall and precision above use the gold sets):\n\n"
+                     + format_graded(results) + "\n")
     try:
         plot_results(results, out / "recall_precision.png")
     except ImportError:

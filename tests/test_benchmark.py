@@ -130,3 +130,48 @@ def test_candidate_stage_rows_are_scored_on_the_original_candidates(workspace):
     assert results["models"]["BM25"]["metrics"]["recall@7"] == pytest.approx(ceiling)
     assert results["models"]["BM25"]["metrics"]["recall@5"] == pytest.approx(ceiling)
     assert results["models"]["DGN"]["metrics"]["recall@7"] <= ceiling + 1e-12
+
+
+def test_graded_relevance_is_reported_for_climate_fever(tmp_path):
+    """CLIMATE-FEVER carries vote counts: the benchmark adds nDCG and MRR from them, and
+    the BM25 row's nDCG@5 equals a hand-written linear-gain nDCG over BM25's own picks."""
+    import math
+
+    from dgn.data import read_problems
+    from dgn.features.lexical import bm25_scores
+
+    rng = random.Random(4)
+    labels = ["SUPPORTS", "REFUTES", "NOT_ENOUGH_INFO"]
+    (tmp_path / "data" / "climate-fever").mkdir(parents=True)
+    with gzip.open(tmp_path / "data" / "climate-fever" / "climate-fever.jsonl.gz", "wt", encoding="utf-8") as fh:
+        for i in range(30):
+            topic = rng.sample(WORDS, 3)
+            evidences = []
+            for j in range(5):
+                votes = [rng.choice(labels + [None]) for _ in range(5)]
+                informative = sum(v in ("SUPPORTS", "REFUTES") for v in votes)
+                words = topic[: informative // 2 + 1] + rng.sample(WORDS, 4)
+                evidences.append({
+                    "evidence_id": f"e{i}-{j}", "evidence_label": "SUPPORTS" if informative >= 3 else "NOT_ENOUGH_INFO",
+                    "article": "A", "evidence": " ".join(words), "entropy": 0.5, "votes": votes,
+                })
+            fh.write(json.dumps({"claim_id": str(i), "claim": " ".join(topic), "claim_label": "SUPPORTS",
+                                 "evidences": evidences}) + "\n")
+    results = run_benchmark(
+        "climate-fever", output=tmp_path / "out", data_dir=tmp_path / "data",
+        settings=BenchmarkSettings(folds=2, epochs=1, seeds=(0,), features=("lexical",), models=("BM25", "DGN")),
+        cache_dir=tmp_path / "cache", progress=False,
+    )
+    assert results["graded_metrics"] == ["ndcg@3", "ndcg@5", "mrr@7"]
+    problems = [p for i in range(2) for p in read_problems(tmp_path / "out" / "data" / f"fold{i}" / "test.jsonl")]
+    values = []
+    for p in problems:
+        if not p.gold or not any(p.relevance):
+            continue
+        scores = bm25_scores(p.query, p.candidates)
+        order = sorted(range(len(scores)), key=lambda v: (-scores[v], v))[:5]
+        dcg = sum(p.relevance[v] / math.log2(r + 2) for r, v in enumerate(order))
+        ideal = sum(g / math.log2(r + 2) for r, g in enumerate(sorted(p.relevance, reverse=True)[:5]))
+        values.append(dcg / ideal)
+    assert results["models"]["BM25"]["metrics"]["ndcg@5"] == pytest.approx(sum(values) / len(values))
+    assert "Graded relevance" in (tmp_path / "out" / "results.md").read_text()

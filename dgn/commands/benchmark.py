@@ -123,4 +123,9 @@ def _benchmark(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     print(format_results(results))
+    if results.get("graded_metrics"):
+        from dgn.benchmark import format_graded
+
+        print("\ngraded relevance (the data's relevance field):")
+        print(format_graded(results))
     return 0
