@@ -196,3 +196,14 @@ def format_metrics(results: Mapping[str, float], names: tuple[str, ...] = ("reca
             cells.append(f"{'-':>9}" if value is None else f"{value:>9.4f}")
         lines.append(f"{k:>4}  " + "  ".join(cells))
     return "\n".join(lines)
+
+
+def add_candidate_stage_options(p: Any, types: Mapping[str, Any], top_l_help: str) -> None:
+    """``--top-l``, ``--rankers`` and ``--fusion``: the candidate stage of ``dgn.fusion.candidates``."""
+    p.add_argument("--top-l", type=types["positive_int"], default=None, help=top_l_help)
+    p.add_argument("--rankers", default=None,
+                   help="with --top-l: comma list of the candidate stage's rankers, from tfidf, bm25, "
+                   "sentence (default: bm25)")
+    p.add_argument("--fusion", default=None, choices=("rrf", "combsum", "combmnz", "borda", "fg", "fv"),
+                   help="with --top-l: how the rankers' lists are fused (default: rrf)")
+

@@ -48,13 +48,13 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         help="add the DGN's objective ablations: coverage only (no modular term), modular only (no coverage)",
     )
     p.add_argument("--epochs", type=types["positive_int"], default=None, help="maximum epochs (default: dgn.train.TrainConfig's)")
-    p.add_argument("--top-l", type=types["positive_int"], default=None,
-                   help="cut every problem to its L best candidates by the candidate stage before every row "
-                   "(training keeps the gold beyond the cut; scores count the cut's losses)")
-    p.add_argument("--rankers", default=None,
-                   help="with --top-l: the candidate stage's rankers, from tfidf, bm25, sentence (default: bm25)")
-    p.add_argument("--fusion", default=None, choices=("rrf", "combsum", "combmnz", "borda", "fg", "fv"),
-                   help="with --top-l: how the rankers' lists are fused (default: rrf)")
+    from dgn.commands._common import add_candidate_stage_options
+
+    add_candidate_stage_options(
+        p, types,
+        "cut every problem to its L best candidates by the candidate stage before every row "
+        "(training keeps the gold beyond the cut; scores count the cut's losses)",
+    )
     p.add_argument("--cache-dir", default=None, help="feature cache (default: $DGN_CACHE_DIR, else ~/.cache/dgn)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(handler=_benchmark)

@@ -34,13 +34,13 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p.add_argument("--vectors", default=None, help="word vectors (default: the file recorded in the checkpoint)")
     p.add_argument("--cache-dir", default=None, help="feature cache (default: $DGN_CACHE_DIR, else ~/.cache/dgn)")
     p.add_argument("--batch-size", type=types["positive_int"], default=64, help="problems per batch")
-    p.add_argument("--top-l", type=types["positive_int"], default=None,
-                   help="cut each problem to its L best candidates by the candidate stage first "
-                   "(default: the stage the model was trained with, if any)")
-    p.add_argument("--rankers", default=None,
-                   help="with --top-l: the candidate stage's rankers, from tfidf, bm25, sentence (default: bm25)")
-    p.add_argument("--fusion", default=None, choices=("rrf", "combsum", "combmnz", "borda", "fg", "fv"),
-                   help="with --top-l: how the rankers' lists are fused (default: rrf)")
+    from dgn.commands._common import add_candidate_stage_options
+
+    add_candidate_stage_options(
+        p, types,
+        "cut each problem to its L best candidates by the candidate stage first "
+        "(default: the stage the model was trained with, if any)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(handler=_predict)
 

@@ -96,15 +96,14 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     )
     p.add_argument("--encoder-lr", type=types["positive_float"], default=None,
                    help="with --finetune-encoder: AdamW learning rate of the transformer (default 2e-5)")
-    p.add_argument("--top-l", type=types["positive_int"], default=None,
-                   help="cut each problem to its L best candidates by the candidate stage (--rankers, "
-                   "--fusion; with --finetune-encoder: BM25) before training; training keeps every gold "
-                   "candidate, and the stage is recorded so that predict applies it")
-    p.add_argument("--rankers", default=None,
-                   help="with --top-l: comma list of the candidate stage's rankers, from tfidf, bm25, "
-                   "sentence (default: bm25)")
-    p.add_argument("--fusion", default=None, choices=("rrf", "combsum", "combmnz", "borda", "fg", "fv"),
-                   help="with --top-l: how the rankers' lists are fused (default: rrf)")
+    from dgn.commands._common import add_candidate_stage_options
+
+    add_candidate_stage_options(
+        p, types,
+        "cut each problem to its L best candidates by the candidate stage (--rankers, "
+        "--fusion; with --finetune-encoder: BM25) before training; training keeps every gold "
+        "candidate, and the stage is recorded so that predict applies it",
+    )
     p.add_argument("--cache-dir", default=None, help="feature cache (default: $DGN_CACHE_DIR, else ~/.cache/dgn)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
 
