@@ -1,0 +1,130 @@
+"""DGN training throughput, the dense layers' useful FLOP rate against a matmul peak timed in
+the same process, and where a training step's time goes.
+
+Shape: ``DGNConfig(in_features=300, encoded_features=128, steps=7, tau=4)`` (hidden 300),
+batches of 64 problems of N = 40 candidates, Adam, the layer-wise loss. Random features
+and one random gold sentence a problem (speed does not depend on the values).
+
+* Peak: the median FLOP rate of float32 ``torch.mm`` at 2048 x 2048 (and at the encoder's own
+  shapes), timed first.
+* Useful FLOPs: the encoder's two linear layers and the modular term's linear layer,
+  forward (``2 m n k`` a matmul) and backward (twice that: input and weight gradients),
+  i.e. ``6 (F·H + H·E + E)`` per candidate per step. The greedy layers' elementwise work
+  is not counted as useful FLOPs.
+* Throughput: claims per second over ``--steps`` steps after warm-up, median of
+  ``--repeats`` runs; the phase profile times encoder forward, greedy layers (the rest of
+  the forward pass), loss, backward and the optimizer step separately, synchronously.
+
+    python benchmarks/train_speed.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+
+def matmul_peak(n: int = 2048, repeats: int = 7) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        rates.append(2 * n**3 / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def shaped_peak(m: int, k: int, n: int, repeats: int = 21) -> float:
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    torch.mm(a, b)
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        rates.append(2 * m * k * n / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def main() -> None:
+    from dgn.losses import layerwise_cross_entropy
+    from dgn.model import DGN, DGNConfig
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--candidates", type=int, default=40)
+    parser.add_argument("--steps", type=int, default=30, help="training steps per timed run")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    B, N = args.batch, args.candidates
+    config = DGNConfig(in_features=300, hidden_features=300, encoded_features=128, steps=7, tau=4.0)
+    F, Hd, E = config.in_features, config.hidden_features, config.encoded_features
+
+    peak = matmul_peak()
+    rows = B * N
+    layer_peak = statistics.fmean([shaped_peak(rows, F, Hd), shaped_peak(rows, Hd, E)])
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"float32 matmul peak (2048^3): {peak / 1e9:.1f} GFLOP/s; at the encoder's shapes "
+          f"({rows}x{F}x{Hd}, {rows}x{Hd}x{E}): {layer_peak / 1e9:.1f} GFLOP/s")
+
+    torch.manual_seed(0)
+    model = DGN(config).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(B, N, F)
+    mask = torch.ones(B, N, dtype=torch.bool)
+    gold = torch.zeros(B, N)
+    gold[torch.arange(B), torch.randint(N, (B,))] = 1.0
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        out = model(x, mask)
+        loss = layerwise_cross_entropy(out.logits, gold)
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(5):
+        step()
+    rates = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        rates.append(args.steps * B / (time.perf_counter() - start))
+    claims_per_s = statistics.median(rates)
+    useful = 6 * (F * Hd + Hd * E + E) * N  # FLOPs per claim per step
+    rate = claims_per_s * useful
+    print(f"training: {claims_per_s:,.0f} claims/s (median of {args.repeats} x {args.steps} steps of {B} claims, N = {N})")
+    print(f"useful dense FLOPs: {rate / 1e9:.1f} GFLOP/s = {100 * rate / peak:.0f}% of the 2048^3 peak, "
+          f"{100 * rate / layer_peak:.0f}% of the peak at the encoder's shapes")
+
+    # where the time goes
+    phases = {"encoder forward": [], "greedy layers forward": [], "loss": [], "backward": [], "optimizer": []}
+    for _ in range(args.steps):
+        optimizer.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        X, valid = model._inputs(x, mask)
+        H = model.encode(X, valid)
+        t1 = time.perf_counter()
+        beta = model.modular_scores(H, X)
+        out = model.greedy(H, valid, beta, config.steps, tau=config.tau)
+        t2 = time.perf_counter()
+        loss = layerwise_cross_entropy(out.logits, gold)
+        t3 = time.perf_counter()
+        loss.backward()
+        t4 = time.perf_counter()
+        optimizer.step()
+        t5 = time.perf_counter()
+        for name, (a, b) in zip(phases, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5)), strict=True):
+            phases[name].append(b - a)
+    total = sum(statistics.median(v) for v in phases.values())
+    print("\n| phase | ms per step (median) | share |\n|---|---:|---:|")
+    for name, values in phases.items():
+        ms = 1000 * statistics.median(values)
+        print(f"| {name} | {ms:.2f} | {100 * ms / (1000 * total):.0f}% |")
+
+
+if __name__ == "__main__":
+    main()
