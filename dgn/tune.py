@@ -104,6 +104,19 @@ def finetune_checkpoint(
     except (TypeError, ValueError) as exc:
         raise DgnUserError(str(exc)) from None
     featurizer = Featurizer.from_settings(settings, vectors_path=vectors, cache_dir=cache_dir, progress=progress)
+    stage_settings = model.extra.get("candidate_stage")
+    if stage_settings is not None:  # the checkpoint's candidate stage cuts the new data too
+        from dgn.fusion.candidates import CandidateStage
+
+        stage = CandidateStage.from_settings(stage_settings)
+        out.mkdir(parents=True, exist_ok=True)
+        if progress:
+            print(f"candidate stage of {source}: {stage.describe()}", flush=True)
+        stage.cut_file(train, out / "candidates-train.jsonl", keep_gold=True, progress=progress)
+        train = out / "candidates-train.jsonl"
+        if dev is not None:
+            stage.cut_file(dev, out / "candidates-dev.jsonl", progress=progress)
+            dev = out / "candidates-dev.jsonl"
     train_data = SelectionDataset(train, featurizer, max_candidates=config.max_candidates)
     if not any(any(info.gold) for info in train_data.infos):
         raise DgnUserError(f"--train {train}: no problem has gold evidence; nothing to train on")
@@ -126,6 +139,7 @@ def finetune_checkpoint(
             "dev_metrics": metrics,
             "epoch": epoch,
             "finetuned_from": str(source.resolve()),
+            **({"candidate_stage": stage_settings} if stage_settings is not None else {}),
         })
 
     model.train()

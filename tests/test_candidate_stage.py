@@ -146,3 +146,27 @@ def test_train_and_predict_with_a_candidate_stage(
     assert code != 0 and "needs --top-l" in err
     code, _, err = _cli(["predict", "--model", model, "--data", data, "--output", preds, "--fusion", "fg"], capsys)
     assert code != 0 and "needs --top-l" in err
+
+
+def test_finetune_keeps_the_candidate_stage(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from dgn.data import write_problems
+
+    monkeypatch.setenv("DGN_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(1)
+    words = "river town flood old year rain bridge storm water street".split()
+    problems = [Problem(f"c{i}", " ".join(rng.choice(words, 4)), [" ".join(rng.choice(words, 5)) for _ in range(8)],
+                        [[int(rng.integers(8))]]) for i in range(16)]
+    data = tmp_path / "data.jsonl"
+    write_problems(data, problems)
+    code, _, err = _cli(["train", "--train", data, "--output", tmp_path / "m", "--features", "lexical",
+                         "--top-l", 3, "--epochs", 1, "--quiet"], capsys)
+    assert code == 0, err
+    code, _, err = _cli(["finetune", "--model_name_or_path", tmp_path / "m", "--train", data,
+                         "--output_dir", tmp_path / "ft", "--loss", "soft_ce", "--num_train_epochs", 1, "--quiet"],
+                        capsys)
+    assert code == 0, err
+    extra = json.loads((tmp_path / "ft" / "config.json").read_text())["extra"]
+    assert extra["candidate_stage"]["top_l"] == 3
+    cut = [json.loads(line) for line in (tmp_path / "ft" / "candidates-train.jsonl").read_text().splitlines()]
+    assert all(3 <= len(p["candidates"]) <= 4 for p in cut)  # top 3, plus the gold beyond the cut
