@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from dgn._validation import check_tau
 from dgn.greedy import RELAXATIONS, Selection, SoftSelection, greedy_select, soft_greedy_select
-from dgn.objectives import Objective, make_objective
+from dgn.objectives import SCMM, Objective, make_objective
 
 __all__ = ["GreedyLayer"]
 
@@ -48,6 +48,8 @@ class GreedyLayer(nn.Module):
             (3, 6) best).
         relaxation: ``"soft"`` (differentiable everywhere) or ``"straight_through"``
             (see :func:`dgn.soft_greedy_select`).
+        compile: In ``eval()`` mode without gradients, run hard greedy with the compiled
+            SCMM kernel (``greedy_select(..., compile=True)``; other objectives ignore it).
 
     Shape:
         - features: ``(B, N, E)`` or ``(N, E)``, nonnegative for SCMM
@@ -75,6 +77,7 @@ class GreedyLayer(nn.Module):
         k: int = 7,
         tau: float = 4.0,
         relaxation: str = "soft",
+        compile: bool = False,
     ) -> None:
         super().__init__()
         if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
@@ -87,6 +90,10 @@ class GreedyLayer(nn.Module):
         self.k = k
         self.tau = float(tau)
         self.relaxation = cast(Literal["soft", "straight_through"], relaxation)
+        #: In ``eval()`` mode without gradients, run hard greedy with the compiled SCMM
+        #: kernel (``greedy_select(..., compile=True)``): faster on large batches, the same
+        #: picks up to rounding ties; the first call of a process compiles it.
+        self.compile = bool(compile)
 
     def extra_repr(self) -> str:
         return f"k={self.k}, tau={self.tau}, relaxation={self.relaxation!r}"
@@ -123,7 +130,9 @@ class GreedyLayer(nn.Module):
         t = self.tau if tau is None else check_tau(tau)
         if self.training:
             return soft_greedy_select(features, K, self.objective, t, mask, self.relaxation, modular=modular)
-        sel = greedy_select(features, K, self.objective, mask, modular=modular, return_step_gains=True)
+        fast = self.compile and not torch.is_grad_enabled() and isinstance(self.objective, SCMM)
+        sel = greedy_select(features, K, self.objective, mask, modular=modular, return_step_gains=True,
+                            compile=fast)
         return _as_soft(sel, t)
 
 

@@ -170,3 +170,39 @@ def test_finetune_keeps_the_candidate_stage(tmp_path: Path, capsys: pytest.Captu
     assert extra["candidate_stage"]["top_l"] == 3
     cut = [json.loads(line) for line in (tmp_path / "ft" / "candidates-train.jsonl").read_text().splitlines()]
     assert all(3 <= len(p["candidates"]) <= 4 for p in cut)  # top 3, plus the gold beyond the cut
+
+
+def test_predict_compile_on_gives_the_same_predictions(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """--compile on (the compiled SCMM greedy kernel) writes the predictions --compile off writes."""
+    from dgn.data import read_predictions, write_problems
+
+    monkeypatch.setenv("DGN_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(2)
+    words = "river town flood old year rain bridge storm water street".split()
+    problems = [Problem(f"c{i}", " ".join(rng.choice(words, 4)), [" ".join(rng.choice(words, 5)) for _ in range(9)],
+                        [[int(rng.integers(9))]]) for i in range(20)]
+    data = tmp_path / "data.jsonl"
+    write_problems(data, problems)
+    code, _, err = _cli(["train", "--train", data, "--output", tmp_path / "m", "--features", "lexical",
+                         "--epochs", 1, "--quiet"], capsys)
+    assert code == 0, err
+    import dgn.layer
+
+    seen: list[bool] = []
+    original = dgn.layer.greedy_select
+
+    def recording(*args, **kwargs):
+        seen.append(bool(kwargs.get("compile")))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(dgn.layer, "greedy_select", recording)
+    outputs = {}
+    for flag in ("off", "on"):
+        out = tmp_path / f"{flag}.jsonl"
+        code, _, err = _cli(["predict", "--model", tmp_path / "m", "--data", data, "--output", out,
+                             "--compile", flag, "--quiet"], capsys)
+        assert code == 0, err
+        outputs[flag] = [(p.id, p.ranking) for p in read_predictions(out)]
+    assert outputs["on"] == outputs["off"]
+    assert seen and True in seen and False in seen  # each run took its own path

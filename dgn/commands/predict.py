@@ -14,7 +14,12 @@ if TYPE_CHECKING:
     from dgn.model import DGN
     from dgn.pipeline import SelectionDataset
 
-__all__ = ["register", "predict_dataset"]
+__all__ = ["register", "predict_dataset", "COMPILE_MIN_PROBLEMS"]
+
+#: ``--compile auto`` turns the compiled greedy kernel on from this many problems: below
+#: it, compiling (several seconds) costs more than the kernel saves (about 43 ms per
+#: 1,024 problems of 40 candidates; benchmarks/inference_speed.py).
+COMPILE_MIN_PROBLEMS = 200_000
 
 
 def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
@@ -41,6 +46,10 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         "cut each problem to its L best candidates by the candidate stage first "
         "(default: the stage the model was trained with, if any)",
     )
+    p.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
+                   help="DGN only: hard greedy with the compiled SCMM kernel (same picks up to rounding ties, "
+                   "about 6x faster per batch, but the first batch compiles it for seconds and it needs a "
+                   f"C++ compiler); auto: on for at least {COMPILE_MIN_PROBLEMS:,} problems (default: auto)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(handler=_predict)
 
@@ -65,7 +74,7 @@ def predict_dataset(
     try:
         with torch.no_grad():
             for batch in data.batches(batch_size):
-                out = model(batch.features, batch.mask, steps=k)
+                out = _forward(model, batch, k)
                 for i, picks, gains, valid in zip(
                     batch.index.tolist(), out.indices.tolist(), out.gains.tolist(), out.valid.tolist(),
                     strict=True,
@@ -76,6 +85,22 @@ def predict_dataset(
                     )
     finally:
         model.train(was_training)
+
+
+def _forward(model: DGN, batch: Any, k: int) -> Any:
+    """The DGN's picks for one batch; a compiled kernel that cannot be built is a clear error."""
+    try:
+        return model(batch.features, batch.mask, steps=k)
+    except DgnUserError:
+        raise
+    except Exception as error:
+        if not model.greedy.compile:
+            raise
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise DgnUserError(
+            f"--compile: the compiled greedy kernel could not be built ({type(error).__name__}: {first}); "
+            "use --compile off"
+        ) from None
 
 
 def _scorer_predictions(model: Any, data: SelectionDataset, k: int, batch_size: int) -> Iterator[Prediction]:
@@ -144,6 +169,9 @@ def _predict(args: argparse.Namespace) -> int:
             data_path = str(Path(tmp) / "candidates.jsonl")
             kept = stage.cut_file(args.data, data_path, progress=not args.quiet)
         data = SelectionDataset(data_path, featurizer)
+        if hasattr(model, "greedy"):
+            model.greedy.compile = args.compile == "on" or (
+                args.compile == "auto" and len(data) >= COMPILE_MIN_PROBLEMS)
         predictions = predict_dataset(model, data, k, args.batch_size)
         if kept is not None:
             predictions = _restore_indices(predictions, [info.id for info in data.infos], kept)
