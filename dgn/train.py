@@ -282,6 +282,11 @@ def train_model(
     """
     from tqdm.auto import tqdm
 
+    from dgn.distributed import all_reduce_sum, average_gradients, barrier, is_main
+    from dgn.distributed import rank as _rank
+    from dgn.distributed import world_size as _world_size
+
+    world, rank, main_process = _world_size(), _rank(), is_main()
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -319,22 +324,32 @@ def train_model(
             _set_tau(model, base_tau * config.tau_decay ** (epoch - 1))
         model.train()
         total, count = 0.0, 0
-        bar = tqdm(
-            train.batches(config.batch_size, shuffle=True, generator=generator, truncate=True, only_with_gold=True),
-            total=n_batches,
-            desc=f"epoch {epoch}/{config.epochs}",
-            disable=not bars(progress),
-            leave=False,
-        )
-        for batch in bar:
-            loss = training_loss(model, batch, config, pos_weight)
+        if world > 1:
+            batches: Any = _local_batches(train, config.batch_size, generator, rank, world)
+        else:
+            batches = ((b, len(b.index)) for b in train.batches(
+                config.batch_size, shuffle=True, generator=generator, truncate=True, only_with_gold=True))
+        bar = tqdm(batches, total=n_batches, desc=f"epoch {epoch}/{config.epochs}",
+                   disable=not bars(progress), leave=False)
+        for batch, global_n in bar:
             optimizer.zero_grad()
-            loss.backward()
+            if batch is None:  # this rank's slice of a short last batch is empty
+                loss = sum(p.sum() for p in model.parameters()) * 0.0
+                n_local = 0
+            else:
+                n_local = len(batch.index)
+                loss = training_loss(model, batch, config, pos_weight)
+            # each slice's mean, weighted by its share: the summed gradients are the batch mean's
+            (loss * (n_local / global_n)).backward()
+            if world > 1:
+                average_gradients(model.parameters())
             nn.utils.clip_grad_norm_(model.parameters(), 5.0)
             optimizer.step()
-            total += float(loss.detach()) * len(batch.index)
-            count += len(batch.index)
+            total += float(loss.detach()) * n_local
+            count += n_local
             bar.set_postfix(loss=f"{total / max(1, count):.4f}")
+        if world > 1:
+            total, count = all_reduce_sum([total, float(count)])
         record: dict[str, Any] = {"epoch": epoch, "train_loss": total / max(1, count)}
         if dev is not None:
             metrics = evaluate_model(model, dev, config.eval_ks)
@@ -344,19 +359,20 @@ def train_model(
                 result.best_score, result.best_epoch, result.best_metrics = score, epoch, metrics
                 best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
                 stale = 0
-                if on_best is not None:
+                if on_best is not None and main_process:
                     on_best(model, epoch, metrics)
             else:
                 stale += 1
         result.history.append(record)
-        if state_path is not None:
+        if state_path is not None and main_process:
             if isinstance(model, DGN) and base_tau is not None:
                 _set_tau(model, base_tau)
             _save_training_state(
                 state_path, model, optimizer, generator, config, result, best_state, stale, epoch,
                 seconds_before + time.perf_counter() - start, extra_state,
             )
-        if progress:
+        barrier()  # rank 0 has written this epoch's state before anyone goes on
+        if progress and main_process:
             msg = f"epoch {epoch}: train loss {record['train_loss']:.4f}"
             if dev is not None:
                 msg += f", dev mean recall {record['dev_score']:.4f}" + (" *" if stale == 0 else "")
@@ -365,13 +381,30 @@ def train_model(
         model.load_state_dict(best_state)
     else:
         result.best_epoch = len(result.history)
-        if on_best is not None:
+        if on_best is not None and main_process:
             on_best(model, result.best_epoch, {})
+    barrier()
     if isinstance(model, DGN) and base_tau is not None:
         _set_tau(model, base_tau)
     model.eval()
     result.seconds = seconds_before + time.perf_counter() - start
     return result
+
+
+def _local_batches(
+    train: SelectionDataset, batch_size: int, generator: torch.Generator, rank: int, world: int
+) -> Any:
+    """This rank's contiguous slice of every global batch (the order of
+    ``train.batches(shuffle=True, only_with_gold=True)``), with the global batch's size."""
+    order = [i for i in range(len(train)) if any(train.infos[i].gold)]
+    perm = torch.randperm(len(order), generator=generator).tolist()
+    order = [order[j] for j in perm]
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        per, extra = divmod(len(chunk), world)
+        lo = rank * per + min(rank, extra)
+        local = chunk[lo : lo + per + (1 if rank < extra else 0)]
+        yield (train.batch(local, truncate=True) if local else None), len(chunk)
 
 
 def _model_kind(model: Model) -> tuple[str, dict[str, Any]]:

@@ -167,6 +167,7 @@ def _train(args: argparse.Namespace) -> int:
     from dataclasses import asdict, replace
     from pathlib import Path
 
+    from dgn import distributed
     from dgn.commands._common import build_config, format_metrics
     from dgn.data import atomic_write, concat_problem_files, read_problems
     from dgn.data.io import json_ready
@@ -174,7 +175,15 @@ def _train(args: argparse.Namespace) -> int:
     from dgn.model import DGNConfig
     from dgn.train import STATE_NAME, TrainConfig
 
-    progress = not args.quiet
+    world = 1
+    if distributed.process_group():  # started by torchrun with WORLD_SIZE > 1
+        world = distributed.world_size()
+        given = [o for o, v in (("--finetune-encoder", args.finetune_encoder), ("--top-l", args.top_l),
+                                ("several --train files", isinstance(args.train, list) and len(args.train) > 1))
+                 if v]
+        if given:
+            raise DgnUserError(f"{', '.join(given)}: not supported under torchrun yet; run one process")
+    progress = not args.quiet and distributed.is_main()
     model_over = _overrides(args, MODEL_OPTIONS)
     train_over = _overrides(args, TRAIN_OPTIONS)
     ft_over = _overrides(args, FASTTEXT_OPTIONS)
@@ -274,6 +283,9 @@ def _train(args: argparse.Namespace) -> int:
         if vectors is None and "wordvec" in features:
             from dgn.features import train_fasttext_vectors
 
+            if world > 1:
+                raise DgnUserError("--vectors: under torchrun give the word vectors (no per-process fastText training)")
+
             vectors = out / "vectors.bin"
             if progress:
                 print(f"training fastText vectors on {args.train} -> {vectors}", flush=True)
@@ -282,11 +294,16 @@ def _train(args: argparse.Namespace) -> int:
         featurizer = Featurizer(
             vectors, features=features, encoder_model=args.encoder_model, cache_dir=args.cache_dir, progress=progress
         )
+    if not distributed.is_main():
+        distributed.barrier()  # rank 0 fills the feature cache; the others then read it
+    if saved is None:
         featurizer.fit_scaler(args.train)
     train = SelectionDataset(args.train, featurizer, max_candidates=config.max_candidates)
+    dev = SelectionDataset(args.dev, featurizer) if args.dev is not None else None
+    if distributed.is_main():
+        distributed.barrier()
     if not any(any(info.gold) for info in train.infos):
         raise DgnUserError(f"--train {args.train}: no problem has gold evidence; nothing to train on")
-    dev = SelectionDataset(args.dev, featurizer) if args.dev is not None else None
     if dev is not None and not any(any(info.gold) for info in dev.infos):
         raise DgnUserError(f"--dev {args.dev}: no problem has gold evidence; cannot select epochs")
     model_type = args.model_type or "dgn"
@@ -323,6 +340,7 @@ def _train(args: argparse.Namespace) -> int:
                 "train_config": asdict(config),
                 "dev_metrics": metrics,
                 "epoch": epoch,
+                "world_size": world,
                 **({"candidate_stage": stage.settings()} if stage is not None else {}),
             },
         )
@@ -333,6 +351,7 @@ def _train(args: argparse.Namespace) -> int:
         "train": str(Path(args.train).resolve()),
         "dev": None if args.dev is None else str(Path(args.dev).resolve()),
         "candidate_stage": None if stage is None else stage.settings(),
+        "world_size": world,
         "train_sha256": _sha256(args.train),
         "dev_sha256": None if args.dev is None else _sha256(args.dev),
     }
@@ -349,7 +368,10 @@ def _train(args: argparse.Namespace) -> int:
         "dev": inputs["dev"],
         "vectors": None if vectors is None else str(Path(vectors).resolve()),
         "features": list(featurizer.features),
+        "world_size": world,
     }
+    if not distributed.is_main():
+        return 0  # rank 0 writes the history and reports
     with atomic_write(out / "train_history.json") as fh:
         json.dump(json_ready(history), fh, indent=2, sort_keys=True, allow_nan=False)
         fh.write("\n")
