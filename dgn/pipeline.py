@@ -385,6 +385,19 @@ class SelectionDataset:
         only_with_gold: bool = False,
     ) -> Iterator[Batch]:
         """Iterate over padded batches (optionally in a seeded random order)."""
+        for indices in self.batch_indices(batch_size, shuffle=shuffle, generator=generator,
+                                          only_with_gold=only_with_gold):
+            yield self.batch(indices, truncate=truncate)
+
+    def batch_indices(
+        self,
+        batch_size: int,
+        *,
+        shuffle: bool = False,
+        generator: torch.Generator | None = None,
+        only_with_gold: bool = False,
+    ) -> Iterator[list[int]]:
+        """The problem indices of each batch of :meth:`batches`, in the same order."""
         order = list(range(len(self)))
         if only_with_gold:
             order = [i for i in order if any(self.infos[i].gold)]
@@ -392,4 +405,4 @@ class SelectionDataset:
             perm = torch.randperm(len(order), generator=generator).tolist()
             order = [order[j] for j in perm]
         for start in range(0, len(order), batch_size):
-            yield self.batch(order[start : start + batch_size], truncate=truncate)
+            yield order[start : start + batch_size]

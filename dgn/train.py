@@ -396,11 +396,7 @@ def _local_batches(
 ) -> Any:
     """This rank's contiguous slice of every global batch (the order of
     ``train.batches(shuffle=True, only_with_gold=True)``), with the global batch's size."""
-    order = [i for i in range(len(train)) if any(train.infos[i].gold)]
-    perm = torch.randperm(len(order), generator=generator).tolist()
-    order = [order[j] for j in perm]
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
+    for chunk in train.batch_indices(batch_size, shuffle=True, generator=generator, only_with_gold=True):
         per, extra = divmod(len(chunk), world)
         lo = rank * per + min(rank, extra)
         local = chunk[lo : lo + per + (1 if rank < extra else 0)]

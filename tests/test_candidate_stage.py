@@ -112,19 +112,22 @@ def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str,
     return code, out, err
 
 
+def _word_problems(seed: int, n: int, candidates: int) -> list[Problem]:
+    """Random claims and candidates over a ten-word vocabulary, one gold sentence each."""
+    rng = np.random.default_rng(seed)
+    words = "river town flood old year rain bridge storm water street".split()
+    return [Problem(f"c{i}", " ".join(rng.choice(words, 4)),
+                    [" ".join(rng.choice(words, 5)) for _ in range(candidates)],
+                    [[int(rng.integers(candidates))]]) for i in range(n)]
+
+
 def test_train_and_predict_with_a_candidate_stage(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from dgn.data import read_predictions, write_problems
 
     monkeypatch.setenv("DGN_CACHE_DIR", str(tmp_path / "cache"))
-    rng = np.random.default_rng(0)
-    words = "river town flood old year rain bridge storm water street".split()
-    problems = []
-    for i in range(24):
-        claim = " ".join(rng.choice(words, 4))
-        cands = [" ".join(rng.choice(words, 5)) for _ in range(9)]
-        problems.append(Problem(f"c{i}", claim, cands, [[int(rng.integers(9))]]))
+    problems = _word_problems(0, 24, 9)
     data = tmp_path / "data.jsonl"
     write_problems(data, problems)
     model = tmp_path / "model"
@@ -153,10 +156,7 @@ def test_finetune_keeps_the_candidate_stage(tmp_path: Path, capsys: pytest.Captu
     from dgn.data import write_problems
 
     monkeypatch.setenv("DGN_CACHE_DIR", str(tmp_path / "cache"))
-    rng = np.random.default_rng(1)
-    words = "river town flood old year rain bridge storm water street".split()
-    problems = [Problem(f"c{i}", " ".join(rng.choice(words, 4)), [" ".join(rng.choice(words, 5)) for _ in range(8)],
-                        [[int(rng.integers(8))]]) for i in range(16)]
+    problems = _word_problems(1, 16, 8)
     data = tmp_path / "data.jsonl"
     write_problems(data, problems)
     code, _, err = _cli(["train", "--train", data, "--output", tmp_path / "m", "--features", "lexical",
@@ -178,10 +178,7 @@ def test_predict_compile_on_gives_the_same_predictions(tmp_path: Path, capsys: p
     from dgn.data import read_predictions, write_problems
 
     monkeypatch.setenv("DGN_CACHE_DIR", str(tmp_path / "cache"))
-    rng = np.random.default_rng(2)
-    words = "river town flood old year rain bridge storm water street".split()
-    problems = [Problem(f"c{i}", " ".join(rng.choice(words, 4)), [" ".join(rng.choice(words, 5)) for _ in range(9)],
-                        [[int(rng.integers(9))]]) for i in range(20)]
+    problems = _word_problems(2, 20, 9)
     data = tmp_path / "data.jsonl"
     write_problems(data, problems)
     code, _, err = _cli(["train", "--train", data, "--output", tmp_path / "m", "--features", "lexical",

@@ -207,3 +207,20 @@ def add_candidate_stage_options(p: Any, types: Mapping[str, Any], top_l_help: st
     p.add_argument("--fusion", default=None, choices=("rrf", "combsum", "combmnz", "borda", "fg", "fv"),
                    help="with --top-l: how the rankers' lists are fused (default: rrf)")
 
+
+def candidate_stage_from_options(args: Any, encoder_model: str | None = None) -> Any:
+    """The :class:`~dgn.fusion.candidates.CandidateStage` of ``--top-l``/``--rankers``/
+    ``--fusion``, or None when none of them is given.
+
+    Raises:
+        DgnUserError: ``--rankers`` or ``--fusion`` without ``--top-l``, or a bad name.
+    """
+    if args.top_l is None:
+        given = [o for o, v in (("--rankers", args.rankers), ("--fusion", args.fusion)) if v is not None]
+        if given:
+            raise DgnUserError(f"{', '.join(given)}: the candidate stage needs --top-l L")
+        return None
+    from dgn.fusion.candidates import CandidateStage
+
+    return CandidateStage(args.rankers or ("bm25",), args.fusion or "rrf", args.top_l, encoder_model)
+

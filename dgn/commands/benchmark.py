@@ -99,13 +99,11 @@ def _benchmark(args: argparse.Namespace) -> int:
             raise DgnUserError("--features wordvec: needs --vectors PATH")
     if args.encoder_model is not None:
         overrides["encoder_model"] = args.encoder_model
-    if args.top_l is not None:
-        from dgn.fusion.candidates import CandidateStage
+    from dgn.commands._common import candidate_stage_from_options
 
-        stage = CandidateStage(args.rankers or ("bm25",), args.fusion or "rrf", args.top_l)  # checks the names
+    stage = candidate_stage_from_options(args)  # checks the names before any slow step
+    if stage is not None:
         overrides["candidate_stage"] = {k: v for k, v in stage.settings().items() if k != "encoder_model"}
-    elif args.rankers is not None or args.fusion is not None:
-        raise DgnUserError("--rankers, --fusion: the candidate stage needs --top-l L")
     models = list(MODEL_NAMES)
     if args.ablation:
         models += [m for m in EXTRA_MODELS if m.startswith("DGN (")]

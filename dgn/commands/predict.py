@@ -182,18 +182,14 @@ def _predict(args: argparse.Namespace) -> int:
 
 def _predict_stage(args: argparse.Namespace, model: Any) -> Any:
     """The candidate stage from the options, else the one recorded in the model, else None."""
+    from dgn.commands._common import candidate_stage_from_options
     from dgn.fusion.candidates import CandidateStage
 
-    given = [o for o, v in (("--rankers", args.rankers), ("--fusion", args.fusion)) if v is not None]
-    if args.top_l is None:
-        if given:
-            raise DgnUserError(f"{', '.join(given)}: the candidate stage needs --top-l L")
-        recorded = (getattr(model, "extra", None) or {}).get("candidate_stage")
-        return None if recorded is None else CandidateStage.from_settings(recorded)
-    return CandidateStage(
-        args.rankers if args.rankers is not None else ("bm25",), args.fusion or "rrf", args.top_l,
-        ((getattr(model, "extra", None) or {}).get("featurizer") or {}).get("encoder_model"),
-    )
+    extra = getattr(model, "extra", None) or {}
+    stage = candidate_stage_from_options(args, (extra.get("featurizer") or {}).get("encoder_model"))
+    if stage is None and extra.get("candidate_stage") is not None:
+        stage = CandidateStage.from_settings(extra["candidate_stage"])
+    return stage
 
 
 def _restore_indices(predictions: Iterator[Prediction], ids: list[str], kept: list[list[int]]) -> Iterator[Prediction]:

@@ -469,6 +469,7 @@ def _sha256(path: str) -> str:
 
 def _candidate_stage(args: argparse.Namespace, saved: dict[str, Any] | None) -> Any:
     """The candidate stage of ``--top-l``/``--rankers``/``--fusion`` (a resumed run: its own)."""
+    from dgn.commands._common import candidate_stage_from_options
     from dgn.errors import DgnUserError
     from dgn.fusion.candidates import CandidateStage
 
@@ -479,14 +480,7 @@ def _candidate_stage(args: argparse.Namespace, saved: dict[str, Any] | None) -> 
             raise DgnUserError(f"{', '.join(given)}: a resumed run keeps its candidate stage; leave them out")
         recorded = saved.get("candidate_stage")
         return None if recorded is None else CandidateStage.from_settings(recorded)
-    if not given:
-        return None
-    if args.top_l is None:
-        raise DgnUserError(f"{', '.join(given)}: the candidate stage needs --top-l L")
-    return CandidateStage(
-        args.rankers if args.rankers is not None else ("bm25",),
-        args.fusion or "rrf", args.top_l, args.encoder_model,
-    )
+    return candidate_stage_from_options(args, args.encoder_model)
 
 
 def _resume_settings(
