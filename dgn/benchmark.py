@@ -13,7 +13,13 @@ for choosing the TF-IDF configuration) and is evaluated on its test file. WiCE h
 its dev file here: either split 55/15/30 into train / early-stopping / test, or, with
 ``folds``, cross-validated: each fold is the test set once, 15% of the rest is the
 early-stopping split, and every claim is scored once per seed by the model that did not
-see it.
+see it. CLIMATE-FEVER (one file) is split or cross-validated like WiCE. FEVER follows the
+paper: candidates are the sentences of the claim's evidence pages (the adapter's
+"oracle pages" setting), training on ``train.jsonl`` (a seeded 5% held out for early
+stopping), reporting on ``paper_dev.jsonl``; beside the table, FEVER's official scorer's
+evidence precision, recall and F1 over each model's first 5 picks, with NOT ENOUGH INFO
+claims left out of the evidence scores as the scorer does. ``max_claims`` reads only the
+first N claims of each FEVER file, to try the run on a slice first.
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ __all__ = [
     "format_results",
     "prepare_data",
     "prepare_folds",
+    "fever_evidence_scores",
+    "fever_wiki",
+    "format_fever",
     "DATASET_SPLITS",
     "MODEL_NAMES",
     "TRAINED_MODELS",
@@ -51,7 +60,12 @@ DATASET_SPLITS: dict[str, dict[str, Any]] = {
     "wice": {"train": "dev", "test": None, "dev_fraction": 0.15, "test_fraction": 0.3},
     # one file (the release's only split): cross-validate it, or a seeded 30% is the test set
     "climate-fever": {"train": "test", "test": None, "dev_fraction": 0.15, "test_fraction": 0.3},
+    # the paper's protocol: train on train (5% held out for early stopping), report on paper_dev
+    "fever": {"train": "train", "test": "paper_dev", "dev_fraction": 0.05},
 }
+
+#: FEVER's official scorer counts the first 5 predicted sentences of a claim.
+FEVER_MAX_EVIDENCE = 5
 
 #: Every row the benchmark knows, in table order. Rows whose inputs are missing (no word
 #: vectors, no sentence encoder) are left out.
@@ -89,6 +103,8 @@ class BenchmarkSettings:
         candidate_stage: Settings of a :class:`dgn.fusion.candidates.CandidateStage`
             (``{"rankers", "fusion", "top_l"}``) that cuts every problem before all rows
             (training keeps the gold beyond the cut); scores are against the original gold.
+        max_claims: FEVER: read only the first N claims (NOT ENOUGH INFO included) of
+            ``train.jsonl`` and of ``paper_dev.jsonl``; None: all.
     """
 
     seed: int = 0
@@ -100,6 +116,7 @@ class BenchmarkSettings:
     features: tuple[str, ...] | None = None
     encoder_model: str | None = None
     candidate_stage: dict[str, Any] | None = None
+    max_claims: int | None = None
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -109,6 +126,8 @@ class BenchmarkSettings:
         unknown = [m for m in self.models if m not in MODEL_NAMES + EXTRA_MODELS]
         if unknown:
             raise ValueError(f"BenchmarkSettings.models: unknown rows {unknown}")
+        if self.max_claims is not None and (isinstance(self.max_claims, bool) or self.max_claims < 1):
+            raise ValueError(f"BenchmarkSettings.max_claims must be a positive int, got {self.max_claims!r}")
 
 
 #: Rank metrics reported when the data carries graded relevance.
@@ -129,25 +148,85 @@ def _split(problems: Sequence[Any], fractions: dict[str, float], seed: int, salt
     return parts
 
 
-def _convert_train_file(dataset: str, data_dir: str | os.PathLike[str] | None, work: Path, seed: int) -> list[Any]:
-    from dgn.data import convert, locate, read_problems
+def fever_wiki(data_dir: str | os.PathLike[str] | None) -> Path:
+    """FEVER's Wikipedia in the data directory: the page store, else the archive or directory.
+
+    ``fever/wiki.sqlite`` (built by ``dgn data download fever``), else
+    ``fever/wiki-pages.zip`` or ``fever/wiki-pages/`` (indexed into ``fever/wiki.sqlite``
+    at first use).
+
+    Raises:
+        DgnUserError: None of them is there (the message says how to get them).
+    """
+    from dgn.data.registry import data_dir as resolve
+    from dgn.data.registry import fever_store_path
+
+    root = resolve(data_dir)
+    for path in (fever_store_path(root), root / "fever" / "wiki-pages.zip", root / "fever" / "wiki-pages"):
+        if path.exists():
+            return path
+    raise DgnUserError(
+        f"FEVER's Wikipedia dump not found under {root / 'fever'}: run `dgn data download fever "
+        f"--data-dir {root}` (or put wiki-pages.zip at {root / 'fever' / 'wiki-pages.zip'})"
+    )
+
+
+def raw_file(
+    dataset: str, split: str, data_dir: str | os.PathLike[str] | None, work: Path, max_claims: int | None = None
+) -> Path:
+    """A split's source file, or with ``max_claims`` a copy of its first N claims in ``work``."""
+    from dgn.data import locate
+    from dgn.data.io import atomic_write, iter_lines
+
+    path = locate(dataset, split, data_dir)
+    if max_claims is None:
+        return path
+    work.mkdir(parents=True, exist_ok=True)
+    head = work / f"{dataset}-{split}.first{max_claims}.jsonl"
+    taken = 0
+    with atomic_write(head, "w") as out:
+        for _, text in iter_lines(path):
+            if taken >= max_claims:
+                break
+            if text.strip():
+                out.write(text + "\n")
+                taken += 1
+    return head
+
+
+def _convert(dataset: str, split: str, data_dir: str | os.PathLike[str] | None, work: Path, output: Path,
+             seed: int, max_claims: int | None) -> None:
+    from dgn.data import convert
+
+    source = raw_file(dataset, split, data_dir, work, max_claims if dataset == "fever" else None)
+    wiki = {"wiki": fever_wiki(data_dir)} if dataset == "fever" else {}
+    convert(dataset, source, output, seed=seed, **wiki)
+
+
+def _convert_train_file(dataset: str, data_dir: str | os.PathLike[str] | None, work: Path, seed: int,
+                        max_claims: int | None = None) -> list[Any]:
+    from dgn.data import read_problems
 
     if dataset not in DATASET_SPLITS:
         raise DgnUserError(f"unknown benchmark dataset {dataset!r}; choose from {sorted(DATASET_SPLITS)}")
     plan = DATASET_SPLITS[dataset]
     work.mkdir(parents=True, exist_ok=True)
     converted = work / f"{dataset}-{plan['train']}.converted.jsonl"
-    convert(dataset, locate(dataset, plan["train"], data_dir), converted, seed=seed)
+    _convert(dataset, plan["train"], data_dir, work, converted, seed, max_claims)
     problems = list(read_problems(converted))
     converted.unlink()
     return problems
 
 
-def prepare_data(dataset: str, data_dir: str | os.PathLike[str] | None, work: Path, seed: int) -> dict[str, Path]:
-    """Convert and split a registered dataset into ``work/{train,dev,test}.jsonl``."""
-    from dgn.data import convert, locate, write_problems
+def prepare_data(dataset: str, data_dir: str | os.PathLike[str] | None, work: Path, seed: int,
+                 max_claims: int | None = None) -> dict[str, Path]:
+    """Convert and split a registered dataset into ``work/{train,dev,test}.jsonl``.
 
-    problems = _convert_train_file(dataset, data_dir, work, seed)
+    ``max_claims`` (FEVER): only the first N claims of each source file.
+    """
+    from dgn.data import write_problems
+
+    problems = _convert_train_file(dataset, data_dir, work, seed, max_claims)
     plan = DATASET_SPLITS[dataset]
     paths = {name: work / f"{name}.jsonl" for name in ("train", "dev", "test")}
     fractions = {"dev": plan["dev_fraction"]}
@@ -156,8 +235,49 @@ def prepare_data(dataset: str, data_dir: str | os.PathLike[str] | None, work: Pa
     for name, idx in _split(problems, fractions, seed).items():
         write_problems(paths[name], (problems[i] for i in idx))
     if plan["test"] is not None:
-        convert(dataset, locate(dataset, plan["test"], data_dir), paths["test"], seed=seed)
+        _convert(dataset, plan["test"], data_dir, work, paths["test"], seed, max_claims)
     return paths
+
+
+def fever_evidence_scores(
+    rankings: Sequence[Sequence[int]],
+    problems: Sequence[Any],
+    claims: str | os.PathLike[str],
+    max_evidence: int = FEVER_MAX_EVIDENCE,
+) -> dict[str, float]:
+    """FEVER's official evidence precision, recall and F1 of a model's picks.
+
+    Every claim of the source file ``claims`` is scored with
+    :func:`dgn.metrics.fever_score` against its own gold evidence (all groups, as
+    released): a converted claim predicts the ``[page, line]`` of its first
+    ``max_evidence`` picks (``meta["sentence_ids"]``); a verifiable claim that could not
+    be converted (its evidence pages missing from the dump) predicts nothing (precision
+    1, recall 0, as the scorer does); NOT ENOUGH INFO claims are left out of the evidence
+    scores by the scorer. Labels are not predicted here, so the strict score is not
+    reported.
+
+    Returns:
+        ``{"fever_precision@5", "fever_recall@5", "fever_f1@5"}`` (the cutoff in the keys
+        is ``max_evidence``).
+    """
+    from dgn.data.io import iter_jsonl
+    from dgn.errors import DataError
+    from dgn.metrics import fever_score
+
+    picks = {
+        p.id: [list(p.meta["sentence_ids"][v]) for v in ranking[:max_evidence]]
+        for ranking, p in zip(rankings, problems, strict=True)
+    }
+    actual, predictions = [], []
+    for line, obj in iter_jsonl(claims):
+        label = obj.get("label") if isinstance(obj, dict) else None
+        if not isinstance(label, str):
+            raise DataError("a labelled claim needs a string label", path=str(claims), line=line, field="label")
+        actual.append({"label": label, "evidence": obj.get("evidence") or []})
+        predictions.append({"predicted_label": label, "predicted_evidence": picks.get(str(obj.get("id")), [])})
+    score = fever_score(predictions, actual, max_evidence=max_evidence)
+    k = max_evidence
+    return {f"fever_precision@{k}": score.precision, f"fever_recall@{k}": score.recall, f"fever_f1@{k}": score.f1}
 
 
 def prepare_folds(
@@ -171,6 +291,8 @@ def prepare_folds(
     """
     from dgn.data import write_problems
 
+    if dataset == "fever":
+        raise DgnUserError("--folds: FEVER has its own splits (train, paper_dev); run it without --folds")
     problems = _convert_train_file(dataset, data_dir, work, seed)
     if len(problems) < folds:
         raise DgnUserError(f"--folds {folds}: the {dataset} file has only {len(problems)} problems")
@@ -274,10 +396,15 @@ def run_benchmark(
         embedding_vectors = WordVectors.load(vectors)
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
+    if s.max_claims is not None and dataset != "fever":
+        raise DgnUserError(f"--max-claims is for FEVER's large files, not {dataset}")
     if s.folds:
         splits = prepare_folds(dataset, data_dir, out / "data", s.seed, s.folds)
     else:
-        splits = [prepare_data(dataset, data_dir, out / "data", s.seed)]
+        splits = [prepare_data(dataset, data_dir, out / "data", s.seed, s.max_claims)]
+    claims = None
+    if dataset == "fever":  # the official scorer reads the source claims, NEI included
+        claims = raw_file(dataset, DATASET_SPLITS["fever"]["test"], data_dir, out / "data", s.max_claims)
     if progress:
         print(f"features: {','.join(features)}; training seeds {list(s.seeds)}"
               + (f"; {s.folds}-fold cross-validation" if s.folds else ""), flush=True)
@@ -325,6 +452,8 @@ def run_benchmark(
                 ))
                 run.pop("count", None)
             run.update({f"redundancy@{k}": redundancy(rankings, problems, k) for k in s.ks if k > 1})
+            if claims is not None:
+                run.update(fever_evidence_scores(rankings, problems, claims))
             runs.append(run)
         mean, sd = _mean_sd(runs)
         seconds = [t for part in per_split for t in part["seconds"].get(name, [])]
@@ -355,6 +484,9 @@ def run_benchmark(
         "train_config": first["train_config"],
         "candidate_stage": None if stage is None else stage.settings(),
         "graded_metrics": list(GRADED_METRICS) if graded else None,
+        "fever_scorer": None if claims is None else {
+            "max_evidence": FEVER_MAX_EVIDENCE, "claims": _count_lines(claims), "max_claims": s.max_claims,
+        },
         "models": rows,
         "created": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
@@ -520,6 +652,25 @@ def _cell(row: dict[str, Any], key: str) -> str:
     return value + (f" ± {sd[key]:.3f}" if sd else "")
 
 
+def _count_lines(path: Path) -> int:
+    from dgn.data.io import iter_lines
+
+    return sum(1 for _, text in iter_lines(path) if text.strip())
+
+
+def format_fever(results: dict[str, Any]) -> str:
+    """FEVER's official evidence scores over the first 5 picks, one row per model ("" if not FEVER)."""
+    scorer = results.get("fever_scorer")
+    if not scorer:
+        return ""
+    k = scorer["max_evidence"]
+    keys = [f"fever_precision@{k}", f"fever_recall@{k}", f"fever_f1@{k}"]
+    lines = [f"| model | evidence precision@{k} | evidence recall@{k} | evidence F1@{k} |", "|---|---:|---:|---:|"]
+    for name, row in results["models"].items():
+        lines.append(f"| {name} | " + " | ".join(_cell(row, m) for m in keys) + " |")
+    return "\n".join(lines)
+
+
 def format_graded(results: dict[str, Any]) -> str:
     """nDCG and MRR from the data's graded relevance, one row per model ("" without grades)."""
     names = results.get("graded_metrics")
@@ -572,6 +723,11 @@ def write_reports(results: dict[str, Any], out: Path) -> None:
         if results.get("graded_metrics"):
             fh.write("\nGraded relevance (the data's `relevance`; recall and precision above use the gold sets):\n\n"
                      + format_graded(results) + "\n")
+        if results.get("fever_scorer"):
+            scorer = results["fever_scorer"]
+            fh.write(f"\nFEVER's official scorer, evidence over the first {scorer['max_evidence']} picks "
+                     f"({scorer['claims']} claims of paper_dev, NOT ENOUGH INFO left out as the scorer does):\n\n"
+                     + format_fever(results) + "\n")
     try:
         plot_results(results, out / "recall_precision.png")
     except ImportError:

@@ -1,4 +1,4 @@
-"""``dgn benchmark``: the paper's Table 1 (baselines and DGN) on FM2 or WiCE."""
+"""``dgn benchmark``: the paper's Table 1 (baselines and DGN) on FEVER, FM2, WiCE or CLIMATE-FEVER."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
             "results.json, results.md and recall_precision.png to --output."
         ),
     )
-    p.add_argument("--dataset", required=True, help="fm2, wice or climate-fever")
+    p.add_argument("--dataset", required=True, help="fever, fm2, wice or climate-fever")
     add_feature_options(p)
     p.add_argument(
         "--vectors", default=None,
@@ -38,6 +38,10 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         help="training seeds, a comma list; trained rows report mean and sd over them (default: 0,1,2)",
     )
     p.add_argument("--folds", type=types["positive_int"], default=None, help="cross-validate with this many folds")
+    p.add_argument(
+        "--max-claims", type=types["positive_int"], default=None,
+        help="FEVER: read only the first N claims of train.jsonl and of paper_dev.jsonl (try the run on a slice)",
+    )
     p.add_argument(
         "--finetune-encoder", action="store_true",
         help="add the end-to-end rows: the sentence encoder fine-tuned under the DGN and under a listwise "
@@ -82,7 +86,14 @@ def _benchmark(args: argparse.Namespace) -> int:
     from dgn.benchmark import EXTRA_MODELS, MODEL_NAMES
     from dgn.features.family import parse_feature_names
 
-    overrides: dict[str, object] = {k: v for k, v in (("seed", args.seed), ("epochs", args.epochs), ("folds", args.folds)) if v is not None}
+    overrides: dict[str, object] = {
+        k: v for k, v in (("seed", args.seed), ("epochs", args.epochs), ("folds", args.folds),
+                          ("max_claims", args.max_claims)) if v is not None
+    }
+    if args.max_claims is not None and args.dataset != "fever":
+        raise DgnUserError(f"--max-claims is for --dataset fever, not {args.dataset}")
+    if args.dataset == "fever" and args.folds is not None:
+        raise DgnUserError("--folds: FEVER has its own splits (train, paper_dev); run it without --folds")
     if args.seeds is not None:
         try:
             seeds = tuple(int(t) for t in args.seeds.split(",") if t.strip())
@@ -126,4 +137,10 @@ def _benchmark(args: argparse.Namespace) -> int:
 
         print("\ngraded relevance (the data's relevance field):")
         print(format_graded(results))
+    if results.get("fever_scorer"):
+        from dgn.benchmark import format_fever
+
+        print(f"\nFEVER's official scorer, evidence over the first {results['fever_scorer']['max_evidence']} picks "
+              "(NOT ENOUGH INFO claims left out, as the scorer does):")
+        print(format_fever(results))
     return 0

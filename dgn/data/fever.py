@@ -37,6 +37,7 @@ What is dropped or skipped (counted in the :class:`~dgn.data.report.ConvertRepor
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,13 +61,17 @@ _Entry = tuple[str | None, int | None]
 def open_wiki(
     wiki: str | os.PathLike[str] | WikiStore | None,
     wiki_db: str | os.PathLike[str] | None = None,
+    *,
+    progress: bool = False,
 ) -> WikiStore:
     """Open the wiki store for FEVER, building it from the dump if needed.
 
     Args:
-        wiki: A ``wiki-pages`` directory (indexed into ``wiki_db``, default
-            ``<wiki-pages>/../wiki.sqlite``, once), a built store file, or a store.
-        wiki_db: Where to build or find the store for a directory.
+        wiki: A ``wiki-pages`` directory or the release's ``wiki-pages.zip`` (indexed
+            into ``wiki_db``, default ``wiki.sqlite`` beside it, once), a built store
+            file, or a store.
+        wiki_db: Where to build or find the store for a directory or archive.
+        progress: Show a progress bar while a store is built.
 
     Returns:
         The store.
@@ -83,8 +88,8 @@ def open_wiki(
             "(or to a built wiki.sqlite); get it from https://fever.ai/dataset/fever.html"
         )
     p = Path(wiki)
-    if p.is_dir():
-        return WikiStore.build(p, wiki_db)
+    if p.is_dir() or (p.is_file() and zipfile.is_zipfile(p)):
+        return WikiStore.build(p, wiki_db, progress=progress)
     return WikiStore(p)
 
 

@@ -39,6 +39,7 @@ __all__ = [
     "locate",
     "download",
     "sha256_file",
+    "recorded_sha256",
     "DATA_DIR_ENV",
     "DATA_URL_ENV",
 ]
@@ -48,6 +49,11 @@ DATA_URL_ENV = "DGN_DATA_URL"
 _CHUNK = 1 << 16
 _SCHEMES = ("http", "https", "file")
 FEVER_URL = "https://fever.ai/dataset/fever.html"
+#: Where the FEVER site serves the 1.0 release's files.
+FEVER_DOWNLOAD_URL = "https://fever.ai/download/fever/"
+#: The file, per dataset directory, that records the sha256 of files no checksum was
+#: published for (``sha256sum`` format), written after their first complete download.
+SUMS_FILE = "SHA256SUMS"
 
 
 class DataFile(NamedTuple):
@@ -74,6 +80,8 @@ class DatasetSpec:
         format: The adapter that reads it (a key of :data:`dgn.data.adapters.ADAPTERS`).
         description: Origin, license and use, in a few lines.
         instructions: For datasets dgn cannot fetch: how to obtain them.
+        default_url: Where :func:`download` fetches from when no mirror is given (the
+            publisher's own address), or ``None``: a mirror is needed.
     """
 
     name: str
@@ -81,6 +89,7 @@ class DatasetSpec:
     format: str
     description: str
     instructions: str = field(default="")
+    default_url: str | None = None
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -140,19 +149,23 @@ DATASETS: dict[str, DatasetSpec] = {
     "fever": DatasetSpec(
         name="fever",
         files={
-            "train": DataFile("fever/train.jsonl", None, None),
-            "paper_dev": DataFile("fever/paper_dev.jsonl", None, None),
-            "paper_test": DataFile("fever/paper_test.jsonl", None, None),
+            "train": DataFile("fever/train.jsonl", None, "train.jsonl"),
+            "paper_dev": DataFile("fever/paper_dev.jsonl", None, "paper_dev.jsonl"),
+            "paper_test": DataFile("fever/paper_test.jsonl", None, "paper_test.jsonl"),
+            "wiki": DataFile("fever/wiki-pages.zip", None, "wiki-pages.zip"),
         },
         format="fever",
         description=(
             "FEVER 1.0 (Thorne et al., NAACL 2018): 185K claims over a 5.4M-page Wikipedia "
-            "dump; not shipped with dgn."
+            "dump, from the publisher (no checksum published: the first complete download's "
+            "sha256 is recorded in fever/SHA256SUMS). Claims CC BY-SA 3.0, Wikipedia text "
+            "CC BY-SA 3.0."
         ),
         instructions=(
-            f"FEVER is not redistributed by dgn: download train.jsonl, paper_dev.jsonl, "
-            f"paper_test.jsonl and wiki-pages.zip from {FEVER_URL}"
+            f"get train.jsonl, paper_dev.jsonl, paper_test.jsonl and wiki-pages.zip from "
+            f"{FEVER_URL} (`dgn data download fever` fetches them)"
         ),
+        default_url=FEVER_DOWNLOAD_URL,
     ),
 }
 
@@ -220,7 +233,9 @@ def locate(
         name: Dataset name (a key of :data:`DATASETS`).
         split: Split name (``"dev"``, ``"test"``, ...).
         data_dir: The data directory; ``None`` resolves it with :func:`data_dir`.
-        verify: Also check the file's SHA-256.
+        verify: Also check the file's SHA-256: the registered one, or for files
+            without a published checksum (FEVER) the one recorded in the dataset
+            directory's ``SHA256SUMS`` at their first download.
 
     Returns:
         The existing file.
@@ -249,14 +264,61 @@ def locate(
             f"{head}: put {path.name} (sha256 {file.sha256}) at {path}, "
             f"or run `dgn data download {name} --data-dir {root}`"
         )
-    if verify and file.sha256 is not None:
+    expected = file.sha256 or recorded_sha256(root, file)
+    if verify and expected is not None:
         actual = sha256_file(path)
-        if actual != file.sha256:
+        if actual != expected:
+            where = "" if file.sha256 else f" (recorded in {_sums_path(root, file)} at its first download)"
             raise DgnUserError(
-                f"{path} has sha256 {actual}, expected {file.sha256}: replace it, "
+                f"{path} has sha256 {actual}, expected {expected}{where}: replace it, "
                 f"or run `dgn data download {name} --data-dir {root}`"
             )
     return path
+
+
+def _sums_path(root: Path, file: DataFile) -> Path:
+    return (root / file.relative_path).parent / SUMS_FILE
+
+
+def recorded_sha256(root: str | os.PathLike[str], file: DataFile) -> str | None:
+    """The sha256 recorded for ``file`` at its first complete download, if any.
+
+    Args:
+        root: The data directory.
+        file: A registered file (its ``relative_path`` names the record's directory).
+
+    Returns:
+        The hex digest from ``<dataset dir>/SHA256SUMS``, or ``None``.
+
+    Raises:
+        DgnUserError: The record exists but a line of it is malformed (file and line named).
+    """
+    sums = _sums_path(Path(root), file)
+    if not sums.is_file():
+        return None
+    name = Path(file.relative_path).name
+    for n, line in enumerate(sums.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        digest, sep, listed = line.partition("  ")
+        if not sep or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise DgnUserError(f"{sums}:{n}: expected '<sha256>  <file name>', got {line!r}")
+        if listed == name:
+            return digest
+    return None
+
+
+def _record_sha256(root: Path, file: DataFile, digest: str) -> None:
+    """Add or replace ``file``'s line in its dataset directory's ``SHA256SUMS`` (atomically)."""
+    sums = _sums_path(root, file)
+    name = Path(file.relative_path).name
+    lines = []
+    if sums.is_file():
+        lines = [ln for ln in sums.read_text(encoding="utf-8").splitlines()
+                 if ln.strip() and ln.partition("  ")[2] != name]
+    lines.append(f"{digest}  {name}")
+    with atomic_write(sums, "w") as fh:
+        fh.write("\n".join(sorted(lines, key=lambda ln: ln.partition("  ")[2])) + "\n")
 
 
 def _resolve_dir(explicit: str | os.PathLike[str] | None) -> Path:
@@ -264,8 +326,11 @@ def _resolve_dir(explicit: str | os.PathLike[str] | None) -> Path:
     return data_dir(explicit)
 
 
-def _base_url(base_url: str | None) -> str:
+def _base_url(base_url: str | None, spec: DatasetSpec) -> str:
     base = base_url or os.environ.get(DATA_URL_ENV)
+    if base and spec.default_url is not None and not base_url:
+        base = None  # $DGN_DATA_URL names a mirror of the shipped datasets, not the publisher's
+    base = base or spec.default_url
     if not base:
         raise DgnUserError(
             f"no download location: pass --base-url URL (base_url=) or set ${DATA_URL_ENV} "
@@ -288,111 +353,171 @@ def download(
     progress: bool = True,
     splits: list[str] | None = None,
     timeout: float = 60.0,
+    ingest: bool = True,
 ) -> list[Path]:
-    """Fetch a dataset's files from a mirror into the data directory, checksum-verified.
+    """Fetch a dataset's files into the data directory, checksum-verified and resumable.
 
-    Each file downloads to a temporary file next to its target; only a file whose size
-    and SHA-256 match is renamed into place, so an interrupted, truncated or corrupted
-    download never leaves a file that looks complete. Files already present with the
-    right checksum are not fetched again.
+    Each file downloads to ``.<name>.part`` next to its target; only a complete file whose
+    SHA-256 matches is renamed into place, so an interrupted, truncated or corrupted
+    download never leaves a file that looks complete. When the server accepts byte
+    ranges, an interrupted download's part file is kept and the next call resumes it
+    where it stopped (a server that answers a range request with the whole file starts
+    it over). Files already present with the right checksum are not fetched again.
+
+    Checksums: the registered SHA-256, or for files whose publisher gives none (FEVER)
+    the SHA-256 of the first complete download, recorded in ``<dataset dir>/SHA256SUMS``;
+    later downloads and ``locate(..., verify=True)`` are checked against that record.
 
     Args:
         name: Dataset name.
         data_dir: Target data directory; ``None`` resolves it with :func:`data_dir`.
         base_url: Mirror URL (``http(s)://`` or ``file://``); ``None`` uses
-            ``$DGN_DATA_URL``. File ``fm2/dev.jsonl.gz`` is fetched from
-            ``<base_url>/fm2/dev.jsonl.gz``.
+            ``$DGN_DATA_URL`` for the datasets dgn registers checksums for, and the
+            publisher's address (:attr:`DatasetSpec.default_url`) for FEVER. File
+            ``fm2/dev.jsonl.gz`` is fetched from ``<base_url>/fm2/dev.jsonl.gz``, FEVER's
+            ``train.jsonl`` from ``<base_url>/train.jsonl``.
         progress: Show a tqdm progress bar per file (on stderr).
         splits: Only these splits (default: all).
         timeout: Socket timeout in seconds.
+        ingest: FEVER: index ``wiki-pages.zip``, once fetched, into the page store
+            ``fever/wiki.sqlite`` (:meth:`dgn.data.WikiStore.build`: once, resumable).
 
     Returns:
-        The paths of the dataset's files, in split order.
+        The paths of the dataset's files, in split order, then the page store's if built.
 
     Raises:
-        DgnUserError: Unknown dataset or split, a dataset dgn cannot download (FEVER),
-            no base URL or one that is not an ``http(s)://`` or ``file://`` URL, an
-            HTTP or connection error, a truncated download or a checksum mismatch
-            (naming the file and both checksums).
+        DgnUserError: Unknown dataset or split, no base URL or one that is not an
+            ``http(s)://`` or ``file://`` URL, an HTTP or connection error, a truncated
+            download or a checksum mismatch (naming the file and both checksums).
     """
     spec = get_dataset(name)
     chosen = list(spec.files) if splits is None else splits
     files = [_get_file(spec, s) for s in chosen]
-    if any(f.url is None or f.sha256 is None for f in files):
+    if any(f.url is None for f in files):
         raise DgnUserError(f"dataset {name!r} cannot be downloaded by dgn: {spec.instructions}")
-    base = _base_url(base_url)
+    base = _base_url(base_url, spec)
     root = _resolve_dir(data_dir)
     paths: list[Path] = []
     for file in files:
-        assert file.url is not None and file.sha256 is not None, "checked above"
+        assert file.url is not None, "checked above"
         target = root / file.relative_path
-        if target.is_file() and sha256_file(target) == file.sha256:
-            paths.append(target)
-            continue
+        expected = file.sha256 or recorded_sha256(root, file)
+        if target.is_file():
+            if expected is None:  # complete (downloads are atomic) but never recorded
+                _record_sha256(root, file, sha256_file(target))
+                paths.append(target)
+                continue
+            if sha256_file(target) == expected:
+                paths.append(target)
+                continue
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise DgnUserError(f"cannot create {target.parent}: {exc.strerror or exc}") from exc
         url = urllib.parse.urljoin(base, urllib.parse.quote(file.url))
-        _fetch(
-            url, target, file.sha256, label=file.relative_path, progress=progress, timeout=timeout
+        digest = _fetch(
+            url, target, expected, label=file.relative_path, progress=progress, timeout=timeout
         )
+        if expected is None:
+            _record_sha256(root, file, digest)
         paths.append(target)
+    if ingest and spec.format == "fever" and "wiki" in chosen:
+        from dgn.data.wikistore import WikiStore
+
+        archive = root / spec.files["wiki"].relative_path
+        with WikiStore.build(archive, fever_store_path(root), progress=progress) as store:
+            paths.append(store.path)
     return paths
 
 
+def fever_store_path(root: str | os.PathLike[str] | None = None) -> Path:
+    """Where :func:`download` builds FEVER's page store: ``<data dir>/fever/wiki.sqlite``."""
+    return _resolve_dir(root) / "fever" / "wiki.sqlite"
+
+
+def _part_path(target: Path) -> Path:
+    return target.with_name(f".{target.name}.part")
+
+
 def _fetch(
-    url: str, target: Path, expected: str, *, label: str, progress: bool, timeout: float
-) -> None:
-    """Download ``url`` to ``target`` atomically, checking length and SHA-256."""
+    url: str, target: Path, expected: str | None, *, label: str, progress: bool, timeout: float
+) -> str:
+    """Download ``url`` to ``target`` (via its part file), check it; return its SHA-256."""
     from tqdm import tqdm
 
-    digest = hashlib.sha256()
+    if target.is_dir():
+        raise DgnUserError(f"cannot write {target}: it is a directory")
+    part = _part_path(target)
+    start = part.stat().st_size if part.is_file() else 0
+    request = urllib.request.Request(url)
+    if start:
+        request.add_header("Range", f"bytes={start}-")
     received = 0
+    resumable = False
     try:
-        with (
-            atomic_write(target, "wb") as out,
-            urllib.request.urlopen(url, timeout=timeout) as resp,
-        ):
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            status = getattr(resp, "status", 200)
+            resumed = bool(start) and status == 206
+            if not resumed:
+                start = 0
+            resumable = resumed or resp.headers.get("Accept-Ranges", "").strip().lower() == "bytes"
             length = resp.headers.get("Content-Length")
-            total = int(length) if length is not None and length.strip().isdigit() else None
-            with tqdm(
-                total=total,
-                unit="B",
-                unit_scale=True,
-                desc=label,
-                disable=not bars(progress),
-                leave=False,
-            ) as bar:
+            remaining = int(length) if length is not None and length.strip().isdigit() else None
+            total = None if remaining is None else start + remaining
+            with (
+                open(part, "ab" if resumed else "wb") as out,
+                tqdm(
+                    total=total, initial=start, unit="B", unit_scale=True, desc=label,
+                    disable=not bars(progress), leave=False,
+                ) as bar,
+            ):
                 while chunk := resp.read(_CHUNK):
                     out.write(chunk)
-                    digest.update(chunk)
                     received += len(chunk)
                     bar.update(len(chunk))
-            if total is not None and received != total:
-                raise DgnUserError(
-                    f"truncated download of {label} from {url}: got {received} of {total} "
-                    f"bytes; nothing was written, try again"
-                )
-            actual = digest.hexdigest()
-            if actual != expected:
-                raise DgnUserError(
-                    f"checksum mismatch for {label} from {url}: expected sha256 {expected}, "
-                    f"got {actual}; nothing was written"
-                )
+            if remaining is not None and received != remaining:
+                raise http.client.IncompleteRead(b"", remaining - received)
     except urllib.error.HTTPError as exc:
-        raise DgnUserError(
-            f"cannot download {label} from {url}: HTTP {exc.code} {exc.reason}"
-        ) from exc
+        if exc.code == 416 and start:  # the part file is already the whole file
+            pass
+        else:
+            _discard(part)
+            raise DgnUserError(f"cannot download {label} from {url}: HTTP {exc.code} {exc.reason}") from exc
     except http.client.IncompleteRead as exc:
+        got = start + received + len(exc.partial)
+        if resumable:
+            raise DgnUserError(
+                f"interrupted download of {label} from {url} after {got} bytes; the part is kept "
+                f"in {part}: run the command again to resume"
+            ) from exc
+        _discard(part)
         raise DgnUserError(
-            f"truncated download of {label} from {url}: got {received + len(exc.partial)} bytes, "
-            f"{exc.expected} more expected; nothing was written, try again"
+            f"truncated download of {label} from {url}: got {got} bytes, {exc.expected} more "
+            f"expected; nothing was written, try again"
         ) from exc
     except urllib.error.URLError as exc:
+        _discard(part, keep=resumable)
         raise DgnUserError(f"cannot download {label} from {url}: {exc.reason}") from exc
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        if isinstance(exc, DgnUserError):
-            raise
+        _discard(part, keep=resumable)
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         raise DgnUserError(f"cannot download {label} from {url}: {reason}") from exc
+    except BaseException:
+        _discard(part, keep=resumable)
+        raise
+    actual = sha256_file(part)
+    if expected is not None and actual != expected:
+        _discard(part)
+        raise DgnUserError(
+            f"checksum mismatch for {label} from {url}: expected sha256 {expected}, "
+            f"got {actual}; nothing was written"
+        )
+    with open(part, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(part, target)
+    return actual
+
+
+def _discard(part: Path, keep: bool = False) -> None:
+    if not keep:
+        part.unlink(missing_ok=True)

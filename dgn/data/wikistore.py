@@ -20,14 +20,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import sqlite3
 import unicodedata
+import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any, NamedTuple
 
-from dgn.data.io import iter_jsonl
+from dgn._progress import bars
+from dgn.data.io import iter_jsonl, parse_json_line
 from dgn.errors import DataError
 
 __all__ = ["WikiStore", "parse_lines", "unescape", "FORMAT_VERSION"]
@@ -104,43 +107,139 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def _dump_files(wiki_dir: Path) -> list[Path]:
-    if not wiki_dir.is_dir():
-        raise DataError("wiki dump directory not found", path=str(wiki_dir))
+class _DumpFile(NamedTuple):
+    """One ``*.jsonl`` file of the dump: on disk, or a member of the ``wiki-pages.zip`` archive."""
+
+    name: str  # the file name, or the member's path inside the archive
+    size: int  # bytes, uncompressed
+    path: Path  # the file, or the archive
+    member: str | None  # the archive member, or None for a file on disk
+
+    @property
+    def label(self) -> str:
+        return str(self.path) if self.member is None else f"{self.path}:{self.member}"
+
+
+def _dump_files(source: Path) -> list[_DumpFile]:
+    """The dump's page files, sorted by name: a ``wiki-pages`` directory or the zip archive."""
+    if source.is_file() and zipfile.is_zipfile(source):
+        try:
+            with zipfile.ZipFile(source) as archive:
+                members = [
+                    info for info in archive.infolist()
+                    if not info.is_dir() and info.filename.endswith(".jsonl")
+                    and not Path(info.filename).name.startswith(".")
+                ]
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise DataError(f"cannot read the wiki archive: {exc}", path=str(source)) from exc
+        files = sorted(
+            (_DumpFile(m.filename, m.file_size, source, m.filename) for m in members),
+            key=lambda f: f.name,
+        )
+        if not files:
+            raise DataError("no *.jsonl files in the wiki archive", path=str(source))
+        return files
+    if not source.is_dir():
+        what = "wiki dump directory or archive not found" if not source.exists() else (
+            "not a wiki-pages directory or zip archive"
+        )
+        raise DataError(what, path=str(source))
     files = sorted(
-        p for p in wiki_dir.iterdir() if p.is_file() and p.name.endswith((".jsonl", ".jsonl.gz"))
+        _DumpFile(p.name, p.stat().st_size, p, None)
+        for p in source.iterdir()
+        if p.is_file() and p.name.endswith((".jsonl", ".jsonl.gz"))
     )
     if not files:
-        raise DataError("no *.jsonl files in the wiki dump directory", path=str(wiki_dir))
+        raise DataError("no *.jsonl files in the wiki dump directory", path=str(source))
     return files
 
 
-def _fingerprint(files: list[Path]) -> str:
-    return json.dumps([[p.name, p.stat().st_size] for p in files])
+def _fingerprint(files: list[_DumpFile]) -> str:
+    return json.dumps([[Path(f.name).name, f.size] for f in files])
 
 
-def _pages(files: list[Path]) -> Iterator[tuple[str, str]]:
-    for file in files:
-        path = str(file)
-        for line, obj in iter_jsonl(file):
-            if not isinstance(obj, dict):
-                raise DataError("expected a JSON object", path=path, line=line)
-            title = obj.get("id")
-            lines = obj.get("lines")
-            if not isinstance(title, str):
-                raise DataError("expected a string page title", path=path, line=line, field="id")
-            if not isinstance(lines, str):
-                raise DataError("expected a string", path=path, line=line, field="lines")
-            for name, text in (("id", title), ("lines", lines)):
-                if not _encodable(text):
-                    raise DataError(
-                        "text with a lone surrogate escape is not valid Unicode",
-                        path=path,
-                        line=line,
-                        field=name,
-                    )
-            if title:
-                yield _key(title), lines
+def _objects(file: _DumpFile) -> Iterator[tuple[int, Any]]:
+    if file.member is None:
+        yield from iter_jsonl(file.path)
+        return
+    label = file.label
+    line_no = 0
+    try:
+        with zipfile.ZipFile(file.path) as archive, archive.open(file.member) as fh:
+            for raw in fh:
+                line_no += 1
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise DataError(f"not valid UTF-8 at byte {exc.start}", path=label, line=line_no) from exc
+                if text.strip():
+                    yield line_no, parse_json_line(text, path=label, line=line_no)
+    except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
+        raise DataError(
+            f"cannot read the archive member (corrupt or truncated?): {exc}", path=label, line=line_no + 1
+        ) from exc
+
+
+def _pages(file: _DumpFile) -> Iterator[tuple[str, str]]:
+    path = file.label
+    for line, obj in _objects(file):
+        if not isinstance(obj, dict):
+            raise DataError("expected a JSON object", path=path, line=line)
+        title = obj.get("id")
+        lines = obj.get("lines")
+        if not isinstance(title, str):
+            raise DataError("expected a string page title", path=path, line=line, field="id")
+        if not isinstance(lines, str):
+            raise DataError("expected a string", path=path, line=line, field="lines")
+        for name, text in (("id", title), ("lines", lines)):
+            if not _encodable(text):
+                raise DataError(
+                    "text with a lone surrogate escape is not valid Unicode",
+                    path=path,
+                    line=line,
+                    field=name,
+                )
+        if title:
+            yield _key(title), lines
+
+
+def _open_partial(partial: Path, fingerprint: str, *, fresh: bool, target: Path) -> sqlite3.Connection:
+    """The partial store of an earlier interrupted build of the same dump, or a new one."""
+    if partial.exists() and not fresh:
+        try:
+            conn = sqlite3.connect(partial)
+            rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+            conn.execute("SELECT name FROM done LIMIT 1").fetchall()
+            if rows.get("fingerprint") == fingerprint and rows.get("format_version") == FORMAT_VERSION:
+                _tune(conn)
+                return conn
+            conn.close()
+        except sqlite3.Error:
+            conn.close()
+    partial.unlink(missing_ok=True)
+    try:
+        conn = sqlite3.connect(partial)
+        _tune(conn)
+        with conn:
+            conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+            # Titles are unique in the dump; should one repeat, the first row wins.
+            conn.execute("CREATE TABLE pages (id TEXT NOT NULL, lines TEXT NOT NULL)")
+            conn.execute("CREATE TABLE done (name TEXT PRIMARY KEY)")
+            conn.executemany(
+                "INSERT INTO meta VALUES (?, ?)",
+                [("format_version", FORMAT_VERSION), ("fingerprint", fingerprint)],
+            )
+    except sqlite3.Error as exc:
+        raise DataError(f"cannot write wiki store: {exc}", path=str(target)) from exc
+    return conn
+
+
+def _tune(conn: sqlite3.Connection) -> None:
+    # A rollback journal (not OFF): a build killed inside a file's transaction leaves a
+    # consistent store without that file. No fsync per commit: the file is synced once
+    # at the end, and a lost commit only means re-reading that file.
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: 5.4M random-order keys
 
 
 class WikiStore:
@@ -194,28 +293,38 @@ class WikiStore:
         db_path: str | os.PathLike[str] | None = None,
         *,
         force: bool = False,
+        progress: bool = False,
     ) -> WikiStore:
         """Index a FEVER wiki dump, or reuse the index made earlier from the same files.
 
-        Pages are streamed file by file (sorted by name) into a temporary database next to
-        ``db_path``, which is renamed into place once complete. An empty title (the dump
-        has one) is skipped; of repeated titles, the first is kept.
+        The dump is the ``wiki-pages`` directory or the release's ``wiki-pages.zip``
+        (read in place, members ``wiki-pages/wiki-NNN.jsonl``). Pages are streamed file by
+        file (sorted by name) into ``.<db name>.partial`` next to ``db_path``, one
+        transaction per file; the finished store is renamed into place. An interrupted
+        build resumes: the next call keeps the files already committed to the partial
+        store (when it was made from the same dump) and reads only the others. An empty
+        title (the dump has one) is skipped; of repeated titles, the first is kept. A store
+        built from the directory is reused for the archive and back: both fingerprint as
+        the same file names and (uncompressed) sizes.
 
         Args:
-            wiki_dir: The ``wiki-pages`` directory.
+            wiki_dir: The ``wiki-pages`` directory or the ``wiki-pages.zip`` archive.
             db_path: Where the store goes; default :meth:`default_db_path`.
-            force: Rebuild even if a matching store exists.
+            force: Rebuild from scratch even if a matching store or partial build exists.
+            progress: Show a progress bar (bytes of the dump read) on stderr.
 
         Returns:
             The opened store.
 
         Raises:
-            DataError: Missing directory, no dump files, a malformed page line, or an
-                unwritable ``db_path``.
+            DataError: Missing directory or archive, no dump files, a malformed page line
+                (file or archive member and line named), or an unwritable ``db_path``.
         """
-        wiki_dir = Path(wiki_dir)
-        db = Path(db_path) if db_path is not None else cls.default_db_path(wiki_dir)
-        files = _dump_files(wiki_dir)
+        from tqdm import tqdm
+
+        source = Path(wiki_dir)
+        db = Path(db_path) if db_path is not None else cls.default_db_path(source)
+        files = _dump_files(source)
         fingerprint = _fingerprint(files)
         if db.exists() and not force:
             try:
@@ -226,47 +335,47 @@ class WikiStore:
                 if store.fingerprint == fingerprint:
                     return store
                 store.close()
-        tmp = db.with_name(f".{db.name}.{secrets.token_hex(6)}.tmp")
+        partial = db.with_name(f".{db.name}.partial")
+        conn = _open_partial(partial, fingerprint, fresh=force, target=db)
         try:
-            conn = sqlite3.connect(tmp)
-        except sqlite3.Error as exc:
-            raise DataError(f"cannot write wiki store: {exc}", path=str(db)) from exc
-        try:
-            with conn:
-                conn.execute("PRAGMA journal_mode=OFF")
-                conn.execute("PRAGMA synchronous=OFF")
-                conn.execute("PRAGMA cache_size=-262144")  # 256 MiB: 5.4M random-order keys
-                conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
-                # Index after loading (a sorted build): much faster than a keyed insert.
-                # Titles are unique in the dump; should one repeat, the first row wins.
-                conn.execute("CREATE TABLE pages (id TEXT NOT NULL, lines TEXT NOT NULL)")
-                batch: list[tuple[str, str]] = []
-                for page in _pages(files):
-                    batch.append(page)
-                    if len(batch) >= _BATCH:
+            done = {name for (name,) in conn.execute("SELECT name FROM done")}
+            total = sum(f.size for f in files)
+            with tqdm(
+                total=total, unit="B", unit_scale=True, desc=f"wiki store {db.name}",
+                disable=not bars(progress), leave=False,
+            ) as bar:
+                bar.update(sum(f.size for f in files if f.name in done))
+                for file in files:
+                    if file.name in done:
+                        continue
+                    with conn:  # one transaction a file: a killed build loses at most this file
+                        batch: list[tuple[str, str]] = []
+                        for page in _pages(file):
+                            batch.append(page)
+                            if len(batch) >= _BATCH:
+                                conn.executemany("INSERT INTO pages VALUES (?, ?)", batch)
+                                batch.clear()
                         conn.executemany("INSERT INTO pages VALUES (?, ?)", batch)
-                        batch.clear()
-                conn.executemany("INSERT INTO pages VALUES (?, ?)", batch)
+                        conn.execute("INSERT INTO done VALUES (?)", (file.name,))
+                    bar.update(file.size)
+            with conn:
+                # Index after loading (a sorted build): much faster than a keyed insert.
                 conn.execute("CREATE INDEX pages_id ON pages (id)")
                 (count,) = conn.execute("SELECT COUNT(DISTINCT id) FROM pages").fetchone()
+                conn.execute("DROP TABLE done")
                 conn.executemany(
-                    "INSERT INTO meta VALUES (?, ?)",
-                    [
-                        ("format_version", FORMAT_VERSION),
-                        ("fingerprint", fingerprint),
-                        ("pages", str(count)),
-                        ("complete", "1"),
-                    ],
+                    "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                    [("pages", str(count)), ("complete", "1")],
                 )
             conn.close()
-            with open(tmp, "rb+") as fh:
+            with open(partial, "rb+") as fh:
                 os.fsync(fh.fileno())
-            os.replace(tmp, db)
-        except BaseException as exc:
+            os.replace(partial, db)
+        except sqlite3.Error as exc:
             conn.close()
-            tmp.unlink(missing_ok=True)
-            if isinstance(exc, sqlite3.Error):
-                raise DataError(f"cannot write wiki store: {exc}", path=str(db)) from exc
+            raise DataError(f"cannot write wiki store: {exc}", path=str(db)) from exc
+        except BaseException:
+            conn.close()  # the partial store stays: the next build resumes from it
             raise
         return cls(db)
 

@@ -1,0 +1,255 @@
+"""The FEVER benchmark from the official files, end to end, on a generated release.
+
+A release of realistic shape (:mod:`tests.fever_release`) is served from 127.0.0.1 with
+byte ranges; ``dgn data download fever`` fetches it (one transfer cut short and resumed),
+records the sha256 of each file, and ingests ``wiki-pages.zip`` into the page store;
+``dgn benchmark --dataset fever`` then prints the table, whose BM25 row and official
+evidence scores are checked against a computation written here from the raw files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dgn.cli import main
+from dgn.data.registry import DATASETS, download, locate, recorded_sha256
+from dgn.data.wikistore import WikiStore
+from dgn.errors import DgnUserError
+from dgn.features import tokenize
+from tests.data.test_data_registry import serve
+from tests.fever_release import RangeHandler, write_release
+
+UNESCAPE = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{", "-RCB-": "}", "-COLON-": ":"}
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The generated release, downloaded (once cut short, then resumed) and ingested."""
+    root = tmp_path_factory.mktemp("fever")
+    site = root / "site"
+    made = write_release(site)
+    data = root / "data"
+    RangeHandler.log.clear()
+    RangeHandler.cut = {"/wiki-pages.zip": 3000}
+    with serve(RangeHandler, site) as url:
+        with pytest.raises(DgnUserError, match="interrupted download of fever/wiki-pages.zip.*run the command again"):
+            download("fever", data, url, progress=False)
+        part = data / "fever" / ".wiki-pages.zip.part"
+        assert part.stat().st_size == 3000
+        assert not (data / "fever" / "wiki-pages.zip").exists()
+        assert main(["data", "download", "fever", "--data-dir", str(data), "--base-url", url, "--quiet"]) == 0
+        made["resume_requests"] = [entry for entry in RangeHandler.log if entry[1] is not None]
+        RangeHandler.log.clear()
+        assert main(["data", "download", "fever", "--data-dir", str(data), "--base-url", url, "--quiet"]) == 0
+        made["requests_when_complete"] = list(RangeHandler.log)
+    made["data"] = data
+    made["site"] = site
+    return made
+
+
+def test_download_resumes_records_checksums_and_ingests(release: dict[str, Any]) -> None:
+    data, site = release["data"], release["site"]
+    # the cut transfer resumed where it stopped, with a range request
+    assert release["resume_requests"] == [("/wiki-pages.zip", "bytes=3000-")]
+    assert release["requests_when_complete"] == []  # present and matching: nothing fetched
+    sums = (data / "fever" / "SHA256SUMS").read_text().splitlines()
+    names = {"train.jsonl", "paper_dev.jsonl", "paper_test.jsonl", "wiki-pages.zip"}
+    assert sorted(line.split("  ")[1] for line in sums) == sorted(names)
+    for split, file in DATASETS["fever"].files.items():
+        got = data / file.relative_path
+        assert got.read_bytes() == (site / Path(file.relative_path).name).read_bytes()
+        assert recorded_sha256(data, file) == _sha(got)
+        assert locate("fever", split, data, verify=True) == got
+    assert not list((data / "fever").glob(".*"))  # no part files or partial stores left
+    with WikiStore(data / "fever" / "wiki.sqlite") as store:
+        assert len(store) == len(release["pages"])  # the empty-title page skipped
+        for title, lines in release["pages"].items():
+            assert {i: s for i, s in store.get_lines(title).items() if s} == lines
+        assert all(title not in store for title in release["missing"])
+
+
+def test_a_changed_file_fails_its_recorded_checksum(release: dict[str, Any], tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "fever").mkdir(parents=True)
+    source = release["data"] / "fever"
+    for name in ("SHA256SUMS", "paper_test.jsonl"):
+        (data / "fever" / name).write_bytes((source / name).read_bytes())
+    (data / "fever" / "paper_test.jsonl").write_text('{"id": 1}\n')
+    with pytest.raises(DgnUserError, match="paper_test.jsonl has sha256 .* expected .*recorded in .*SHA256SUMS"):
+        locate("fever", "paper_test", data, verify=True)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "paper_test.jsonl").write_text('{"id": 2}\n')  # the server now has other bytes
+    with serve(RangeHandler, site) as url, pytest.raises(DgnUserError, match="checksum mismatch for fever/paper_test.jsonl"):
+        download("fever", data, url, splits=["paper_test"], progress=False)
+    assert (data / "fever" / "paper_test.jsonl").read_text() == '{"id": 1}\n'  # untouched
+
+
+def test_ingest_resumes_after_an_interruption(release: dict[str, Any], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import dgn.data.wikistore as ws
+
+    archive = release["data"] / "fever" / "wiki-pages.zip"
+    real = ws._pages
+    read: list[str] = []
+
+    def interrupted(file: Any) -> Iterator[tuple[str, str]]:
+        read.append(file.name)
+        if len(read) == 2:
+            raise KeyboardInterrupt
+        yield from real(file)
+
+    monkeypatch.setattr(ws, "_pages", interrupted)
+    db = tmp_path / "wiki.sqlite"
+    with pytest.raises(KeyboardInterrupt):
+        WikiStore.build(archive, db)
+    assert not db.exists() and (tmp_path / ".wiki.sqlite.partial").exists()
+    read.clear()
+    monkeypatch.setattr(ws, "_pages", lambda file: (read.append(file.name), (yield from real(file)))[1])
+    with WikiStore.build(archive, db) as store:
+        assert read == ["wiki-pages/wiki-002.jsonl", "wiki-pages/wiki-003.jsonl"]  # the first was kept
+        resumed = {title: store.get_lines(title) for title in release["pages"]}
+        count = len(store)
+    extracted = tmp_path / "wiki-pages"
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(tmp_path)
+    with WikiStore.build(extracted, tmp_path / "fresh.sqlite", force=True) as fresh:
+        assert count == len(fresh)
+        assert resumed == {title: fresh.get_lines(title) for title in release["pages"]}
+        fingerprint = fresh.fingerprint
+    with WikiStore(db) as store:  # the archive and the directory fingerprint alike
+        assert store.fingerprint == fingerprint
+
+
+# ------------------------------------------------------------- the independent reference
+
+
+def _unescape(text: str) -> str:
+    for token, char in UNESCAPE.items():
+        text = text.replace(token, char)
+    return text
+
+
+def _bm25(query: str, docs: list[str], k1: float = 1.5, b: float = 0.75) -> list[float]:
+    toks = [tokenize(d) for d in docs]
+    n = len(docs)
+    avgdl = sum(len(t) for t in toks) / n
+    scores = []
+    for t in toks:
+        score = 0.0
+        for term in tokenize(query):
+            df = sum(term in other for other in toks)
+            tf = t.count(term)
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            score += idf * tf / (tf + k1 * (1 - b + b * len(t) / avgdl))
+        scores.append(score)
+    return scores
+
+
+def reference(release: dict[str, Any], claims: Path, converted: Path, ks: tuple[int, ...]) -> dict[str, float]:
+    """BM25's recall/precision/F1 at each k and FEVER's evidence scores over 5 picks, from the raw files."""
+    pages = release["pages"]
+    order = {}  # tie-break only: ties go to the lower index of the converted file
+    for line in converted.read_text().splitlines():
+        problem = json.loads(line)
+        order[str(problem["id"])] = {tuple(sid): i for i, sid in enumerate(problem["meta"]["sentence_ids"])}
+    recall = {k: [] for k in ks}
+    precision = {k: [] for k in ks}
+    fever_p, fever_r = [], []
+    for line in claims.read_text().splitlines():
+        claim = json.loads(line)
+        if claim["label"] == "NOT ENOUGH INFO":
+            continue
+        groups = [{(e[2], e[3]) for e in group} for group in claim["evidence"]]
+        mentioned = list(dict.fromkeys(e[2] for group in claim["evidence"] for e in group))
+        cands = [(pg, ln) for pg in mentioned if pg in pages for ln in sorted(pages[pg])
+                 if _unescape(pages[pg][ln]).strip()]
+        usable = [g for g in groups if all(pair in set(cands) for pair in g)]
+        picks: list[tuple[str, int]] = []
+        if usable:
+            scores = _bm25(claim["claim"], [_unescape(pages[pg][ln]) for pg, ln in cands])
+            index = order[str(claim["id"])]
+            ranked = sorted(range(len(cands)), key=lambda i: (-scores[i], index[cands[i]]))
+            picks = [cands[i] for i in ranked]
+            gold_union = set().union(*usable)
+            for k in ks:
+                top = picks[:k]
+                recall[k].append(max(len(g & set(top)) / len(g) for g in usable))
+                precision[k].append(len(gold_union & set(top)) / len(top))
+        first = picks[:5]
+        fever_p.append(sum(p in set().union(*groups) for p in first) / len(first) if first else 1.0)
+        fever_r.append(1.0 if any(g <= set(first) for g in groups) else 0.0)
+    out = {}
+    for k in ks:
+        r, p = sum(recall[k]) / len(recall[k]), sum(precision[k]) / len(precision[k])
+        out[f"recall@{k}"], out[f"precision@{k}"] = r, p
+        out[f"f1@{k}"] = 2 * p * r / (p + r) if p + r else 0.0
+    fp, fr = sum(fever_p) / len(fever_p), sum(fever_r) / len(fever_r)
+    out.update({"fever_precision@5": fp, "fever_recall@5": fr, "fever_f1@5": 2 * fp * fr / (fp + fr)})
+    return out
+
+
+@pytest.mark.parametrize("max_claims", [None, 40])
+def test_fever_benchmark_table_matches_an_independent_computation(
+    release: dict[str, Any], tmp_path: Path, max_claims: int | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    argv = ["benchmark", "--dataset", "fever", "--data-dir", str(release["data"]), "--features", "lexical",
+            "--seeds", "0", "--epochs", "2", "--output", str(out), "--cache-dir", str(tmp_path / "cache"), "--quiet"]
+    if max_claims:
+        argv += ["--max-claims", str(max_claims)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    claims = release["files"]["paper_dev"]
+    if max_claims:
+        head = tmp_path / "head.jsonl"
+        head.write_text("".join(claims.read_text().splitlines(keepends=True)[:max_claims]))
+        claims = head
+        train_claims = release["files"]["train"].read_text().splitlines()[:max_claims]
+        usable_train = [c for c in map(json.loads, train_claims) if c["label"] != "NOT ENOUGH INFO"]
+        assert results["splits"]["train"] + results["splits"]["dev"] <= len(usable_train)
+    expected = reference(release, claims, out / "data" / "test.jsonl", (7, 5, 3, 1))
+    bm25 = results["models"]["BM25"]["metrics"]
+    for key, value in expected.items():
+        assert bm25[key] == pytest.approx(value, abs=1e-9), key
+    assert results["fever_scorer"]["claims"] == len(claims.read_text().splitlines())
+    # the printed table carries the same numbers
+    row = next(line for line in printed.splitlines() if line.startswith("| BM25 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3:6] == [f"{expected[f'{m}@7']:.3f}" for m in ("recall", "precision", "f1")]
+    fever_row = [line for line in printed.splitlines() if line.startswith("| BM25 |")][1]
+    assert [c.strip() for c in fever_row.strip("|").split("|")][1:] == [
+        f"{expected[f'fever_{m}@5']:.3f}" for m in ("precision", "recall", "f1")
+    ]
+    for name in ("TF-IDF", "Encoder", "DeepEncoder", "DGN"):
+        row = next(v for label, v in results["models"].items() if label.startswith(name))
+        assert 0.0 <= row["metrics"]["fever_f1@5"] <= 1.0
+    assert (out / "results.md").read_text().count("FEVER's official scorer") == 1
+    assert (out / "dgn-model" / "config.json").is_file()
+
+
+def test_fever_benchmark_errors(tmp_path: Path) -> None:
+    from dgn.benchmark import BenchmarkSettings, run_benchmark
+
+    with pytest.raises(DgnUserError, match="FEVER's Wikipedia dump not found.*dgn data download fever"):
+        (tmp_path / "fever").mkdir()
+        for name in ("train.jsonl", "paper_dev.jsonl"):
+            (tmp_path / "fever" / name).write_text("")
+        run_benchmark("fever", output=tmp_path / "out", data_dir=tmp_path,
+                      settings=BenchmarkSettings(features=("lexical",)), progress=False)
+    with pytest.raises(DgnUserError, match="--max-claims is for FEVER"):
+        run_benchmark("wice", output=tmp_path / "out", data_dir=tmp_path,
+                      settings=BenchmarkSettings(features=("lexical",), max_claims=5), progress=False)
