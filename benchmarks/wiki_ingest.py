@@ -7,9 +7,11 @@ in that layout (one JSON object a line: ``id`` with ``-LRB-`` style escapes and
 underscores, ``text``, and ``lines``: tab-separated ``index<TAB>sentence<TAB>links...``
 rows, with empty lines as in the dump; the sentence count, lengths and link counts drawn
 to resemble the dump's), builds the store with :meth:`dgn.data.WikiStore.build`, and
-reports pages per second, the store's size and the estimate for 5,416,537 pages.
+reports pages per second, the store's size and the estimate for 5,416,537 pages; with
+``--zip``, also from the same pages in a ``wiki-pages.zip`` archive read in place (as
+``dgn data download fever`` ingests the release).
 
-    python benchmarks/wiki_ingest.py --files 4 --pages-per-file 50000
+    python benchmarks/wiki_ingest.py --files 4 --pages-per-file 50000 --zip
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=4)
     parser.add_argument("--pages-per-file", type=int, default=50_000)
     parser.add_argument("--workdir", default=None, help="where to write the dump (default: a temporary directory)")
+    parser.add_argument("--zip", action="store_true",
+                        help="also ingest the same pages from a wiki-pages.zip archive, as the release ships them")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         wiki = Path(tmp) / "wiki-pages"
@@ -86,6 +90,20 @@ def main() -> None:
         print(f"estimate for the full dump ({FULL_DUMP_PAGES:,} pages) at this rate: "
               f"{FULL_DUMP_PAGES / rate / 60:.1f} min, with the dump's files already in the page cache "
               "(reading them from a cold disk adds their size over the disk's read rate)")
+        if args.zip:
+            import zipfile
+
+            archive = Path(tmp) / "wiki-pages.zip"
+            with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as z:
+                for f in sorted(wiki.iterdir()):
+                    z.write(f, f"wiki-pages/{f.name}")
+            start = time.perf_counter()
+            with WikiStore.build(archive, Path(tmp) / "wiki-zip.sqlite") as store:
+                seconds = time.perf_counter() - start
+                assert len(store) == pages, (len(store), pages)
+            rate = pages / seconds
+            print(f"from wiki-pages.zip ({archive.stat().st_size / 1e6:,.0f} MB, read in place): {rate:,.0f} pages/s; "
+                  f"full dump estimate {FULL_DUMP_PAGES / rate / 60:.1f} min")
 
 
 if __name__ == "__main__":

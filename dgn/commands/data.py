@@ -37,7 +37,8 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     conv.add_argument("--format", required=True, help=f"source format: {_FORMATS}")
     conv.add_argument("--input", required=True, help="source file (plain or .gz)")
     conv.add_argument(
-        "--wiki", default=None, help="FEVER only: the wiki-pages directory or a built wiki.sqlite"
+        "--wiki", default=None,
+        help="FEVER only: the wiki-pages directory, the release's wiki-pages.zip or a built wiki.sqlite",
     )
     conv.add_argument("--output", required=True, help="selection JSONL to write (.gz: gzip)")
     conv.add_argument(
@@ -106,7 +107,8 @@ def _convert(args: argparse.Namespace) -> int:
             raise DgnUserError(f"--wiki is only used with --format fever, not {args.format!r}")
         if not Path(args.wiki).exists():
             raise DgnUserError(
-                f"--wiki {args.wiki}: not found (expected the wiki-pages directory or a built wiki.sqlite)"
+                f"--wiki {args.wiki}: not found (expected the wiki-pages directory, wiki-pages.zip "
+                f"or a built wiki.sqlite)"
             )
     require_file(args.input, "--input")
     require_output_file(args.output, "--output")
