@@ -137,6 +137,22 @@ def test_sqrt_gradient_is_finite_at_zero():
     assert bool(torch.isfinite(H.grad).all())
 
 
+def test_sqrt_floored_gradient_by_hand():
+    # d sqrt(x) / dx = 1 / (2 sqrt(max(x, 1e-3))): exact above the floor, capped below it
+    x = torch.tensor([0.0, 1e-6, 1e-3, 0.25, 4.0], dtype=torch.float64, requires_grad=True)
+    y = concave("sqrt", x)
+    y.backward(torch.tensor([1.0, 2.0, 1.0, 1.0, 3.0], dtype=torch.float64))
+    floor = 1 / (2 * 1e-3 ** 0.5)
+    expected = torch.tensor([floor, 2 * floor, floor, 1.0, 3 * 0.25], dtype=torch.float64)
+    torch.testing.assert_close(x.grad, expected)
+    torch.testing.assert_close(y.detach(), x.detach().sqrt(), rtol=0, atol=0)
+    # and through a second-order graph (create_graph keeps the backward differentiable)
+    z = torch.tensor([0.25, 4.0], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(concave("sqrt", z).sum(), z, create_graph=True)
+    g.sum().backward()
+    torch.testing.assert_close(z.grad, -0.25 * z.detach() ** -1.5)
+
+
 @pytest.mark.parametrize(
     "kwargs,match",
     [
