@@ -3,7 +3,7 @@ the estimate for the full run.
 
 The FEVER 1.0 release is not in ``../shared/data``; this script writes one of its shape in
 the official layout (``train.jsonl`` with 145,449 claims and ``paper_dev.jsonl`` with
-9,999, a third NOT ENOUGH INFO as in the release; ``wiki-pages.zip`` with ``--pages``
+9,999, a quarter NOT ENOUGH INFO as in the release's train file; ``wiki-pages.zip`` with ``--pages``
 pages of 3 to 40 sentences; a verifiable claim names 1 or 2 evidence pages, so about
 twenty oracle-page candidates; words from the word-vector file's vocabulary), then runs
 ``dgn benchmark --dataset fever --max-claims N`` for each N of ``--slices`` under

@@ -129,11 +129,12 @@ def _placement_hint(name: str, root: os.PathLike[str] | str, splits: list[str] |
     parts = []
     for split in chosen:
         file = spec.files.get(split)
-        if file is None or file.sha256 is None:
+        if file is None:
             continue
         target = Path(root) / file.relative_path
         if not target.is_file():
-            parts.append(f"{Path(file.relative_path).name} (sha256 {file.sha256}) at {target}")
+            checksum = f" (sha256 {file.sha256})" if file.sha256 else ""
+            parts.append(f"{Path(file.relative_path).name}{checksum} at {target}")
     return "; ".join(parts)
 
 
