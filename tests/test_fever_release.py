@@ -253,3 +253,30 @@ def test_fever_benchmark_errors(tmp_path: Path) -> None:
     with pytest.raises(DgnUserError, match="--max-claims is for FEVER"):
         run_benchmark("wice", output=tmp_path / "out", data_dir=tmp_path,
                       settings=BenchmarkSettings(features=("lexical",), max_claims=5), progress=False)
+
+
+def test_a_partial_store_of_another_dump_is_not_resumed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dgn.data.wikistore as ws
+
+    first, second = tmp_path / "a" / "wiki-pages", tmp_path / "b" / "wiki-pages"
+    for directory, title in ((first, "Old_page"), (second, "New_page")):
+        directory.mkdir(parents=True)
+        for n in (1, 2):
+            (directory / f"wiki-00{n}.jsonl").write_text(
+                json.dumps({"id": f"{title}_{n}", "text": "", "lines": "0\tA sentence ."}) + "\n")
+    real = ws._pages
+
+    def stop_at_second(file: Any) -> Iterator[tuple[str, str]]:
+        if file.name == "wiki-002.jsonl":
+            raise KeyboardInterrupt
+        yield from real(file)
+
+    monkeypatch.setattr(ws, "_pages", stop_at_second)
+    db = tmp_path / "wiki.sqlite"
+    with pytest.raises(KeyboardInterrupt):
+        WikiStore.build(first, db)
+    monkeypatch.setattr(ws, "_pages", real)
+    (second / "wiki-002.jsonl").write_text((second / "wiki-002.jsonl").read_text() + "\n")  # other sizes
+    with WikiStore.build(second, db) as store:
+        assert "Old_page_1" not in store
+        assert "New_page_1" in store and "New_page_2" in store and len(store) == 2

@@ -206,16 +206,18 @@ def _pages(file: _DumpFile) -> Iterator[tuple[str, str]]:
 def _open_partial(partial: Path, fingerprint: str, *, fresh: bool, target: Path) -> sqlite3.Connection:
     """The partial store of an earlier interrupted build of the same dump, or a new one."""
     if partial.exists() and not fresh:
+        earlier: sqlite3.Connection | None = None
         try:
-            conn = sqlite3.connect(partial)
-            rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-            conn.execute("SELECT name FROM done LIMIT 1").fetchall()
+            earlier = sqlite3.connect(partial)
+            rows = dict(earlier.execute("SELECT key, value FROM meta").fetchall())
+            earlier.execute("SELECT name FROM done LIMIT 1").fetchall()
             if rows.get("fingerprint") == fingerprint and rows.get("format_version") == FORMAT_VERSION:
-                _tune(conn)
-                return conn
-            conn.close()
+                _tune(earlier)
+                return earlier
         except sqlite3.Error:
-            conn.close()
+            pass
+        if earlier is not None:
+            earlier.close()
     partial.unlink(missing_ok=True)
     try:
         conn = sqlite3.connect(partial)
