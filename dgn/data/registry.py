@@ -40,6 +40,7 @@ __all__ = [
     "download",
     "sha256_file",
     "recorded_sha256",
+    "fever_store_path",
     "DATA_DIR_ENV",
     "DATA_URL_ENV",
 ]
