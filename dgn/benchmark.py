@@ -215,6 +215,13 @@ def _convert_train_file(dataset: str, data_dir: str | os.PathLike[str] | None, w
     _convert(dataset, plan["train"], data_dir, work, converted, seed, max_claims)
     problems = list(read_problems(converted))
     converted.unlink()
+    if not problems:
+        head = f"the first {max_claims} claims of the" if max_claims is not None and dataset == "fever" else "the"
+        raise DgnUserError(
+            f"{head} {dataset} {plan['train']} file hold no usable claim (NOT ENOUGH INFO claims and "
+            f"claims whose evidence pages are missing have no candidates)"
+            + ("; raise --max-claims" if max_claims is not None else "")
+        )
     return problems
 
 

@@ -92,7 +92,9 @@ def test_a_changed_file_fails_its_recorded_checksum(release: dict[str, Any], tmp
     site = tmp_path / "site"
     site.mkdir()
     (site / "paper_test.jsonl").write_text('{"id": 2}\n')  # the server now has other bytes
-    with serve(RangeHandler, site) as url, pytest.raises(DgnUserError, match="checksum mismatch for fever/paper_test.jsonl"):
+    with serve(RangeHandler, site) as url, pytest.raises(
+        DgnUserError, match="checksum mismatch for fever/paper_test.jsonl.*delete its line there"
+    ):
         download("fever", data, url, splits=["paper_test"], progress=False)
     assert (data / "fever" / "paper_test.jsonl").read_text() == '{"id": 1}\n'  # untouched
 
@@ -250,6 +252,16 @@ def test_fever_benchmark_errors(tmp_path: Path) -> None:
             (tmp_path / "fever" / name).write_text("")
         run_benchmark("fever", output=tmp_path / "out", data_dir=tmp_path,
                       settings=BenchmarkSettings(features=("lexical",)), progress=False)
+    with pytest.raises(DgnUserError, match="the first 1 claims of the fever train file hold no usable claim.*raise --max-claims"):
+        (tmp_path / "fever" / "wiki.sqlite").unlink(missing_ok=True)
+        (tmp_path / "fever" / "wiki-pages").mkdir()
+        (tmp_path / "fever" / "wiki-pages" / "wiki-001.jsonl").write_text(
+            json.dumps({"id": "P", "text": "", "lines": "0\tA ."}) + "\n")
+        (tmp_path / "fever" / "train.jsonl").write_text(json.dumps(
+            {"id": 1, "verifiable": "NOT VERIFIABLE", "label": "NOT ENOUGH INFO", "claim": "C.",
+             "evidence": [[[1, None, None, None]]]}) + "\n")
+        run_benchmark("fever", output=tmp_path / "out", data_dir=tmp_path,
+                      settings=BenchmarkSettings(features=("lexical",), max_claims=1), progress=False)
     with pytest.raises(DgnUserError, match="--max-claims is for FEVER"):
         run_benchmark("wice", output=tmp_path / "out", data_dir=tmp_path,
                       settings=BenchmarkSettings(features=("lexical",), max_claims=5), progress=False)
@@ -280,3 +292,80 @@ def test_a_partial_store_of_another_dump_is_not_resumed(tmp_path: Path, monkeypa
     with WikiStore.build(second, db) as store:
         assert "Old_page_1" not in store
         assert "New_page_1" in store and "New_page_2" in store and len(store) == 2
+
+
+def test_a_partial_store_left_after_its_index_was_made_is_finished(
+    release: dict[str, Any], tmp_path: Path
+) -> None:
+    # a build stopped inside its last steps: every file done, the index already there
+    import dgn.data.wikistore as ws
+
+    archive = release["data"] / "fever" / "wiki-pages.zip"
+    files = ws._dump_files(archive)
+    conn = ws._open_partial(tmp_path / ".wiki.sqlite.partial", ws._fingerprint(files), fresh=True,
+                            target=tmp_path / "wiki.sqlite")
+    with conn:
+        for file in files:
+            conn.executemany("INSERT INTO pages VALUES (?, ?)", list(ws._pages(file)))
+            conn.execute("INSERT INTO done VALUES (?)", (Path(file.name).name,))
+    conn.execute("CREATE INDEX pages_id ON pages (id)")
+    conn.close()
+    with WikiStore.build(archive, tmp_path / "wiki.sqlite") as store:
+        assert len(store) == len(release["pages"])
+
+
+def test_a_build_started_from_the_directory_resumes_from_the_archive(
+    release: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dgn.data.wikistore as ws
+
+    archive = release["data"] / "fever" / "wiki-pages.zip"
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(tmp_path)
+    real = ws._pages
+    read: list[str] = []
+
+    def counted(file: Any) -> Iterator[tuple[str, str]]:
+        read.append(Path(file.name).name)
+        if file.member is None and len(read) == 2:
+            raise KeyboardInterrupt
+        yield from real(file)
+
+    monkeypatch.setattr(ws, "_pages", counted)
+    db = tmp_path / "wiki.sqlite"
+    with pytest.raises(KeyboardInterrupt):
+        WikiStore.build(tmp_path / "wiki-pages", db)
+    read.clear()
+    with WikiStore.build(archive, db) as store:
+        assert read == ["wiki-002.jsonl", "wiki-003.jsonl"]
+        assert len(store) == len(release["pages"])
+        (total,) = store._conn.execute("SELECT COUNT(*) FROM pages").fetchone()
+        assert total == len(release["pages"])  # nothing inserted twice
+
+
+def test_a_wrong_part_file_is_never_taken_for_the_download(release: dict[str, Any], tmp_path: Path) -> None:
+    site = release["site"]
+    data = tmp_path / "data"
+    (data / "fever").mkdir(parents=True)
+    part = data / "fever" / ".paper_test.jsonl.part"
+    size = (site / "paper_test.jsonl").stat().st_size
+    part.write_bytes(b"GARBAGE" * (size // 7 + 50))  # longer than the file: the server answers 416
+    with serve(RangeHandler, site) as url:
+        download("fever", data, url, splits=["paper_test"], progress=False)
+    assert (data / "fever" / "paper_test.jsonl").read_bytes() == (site / "paper_test.jsonl").read_bytes()
+    assert recorded_sha256(data, DATASETS["fever"].files["paper_test"]) == _sha(site / "paper_test.jsonl")
+
+
+def test_a_failed_resume_keeps_the_part(tmp_path: Path) -> None:
+    import socket
+
+    data = tmp_path / "data"
+    (data / "fever").mkdir(parents=True)
+    part = data / "fever" / ".paper_test.jsonl.part"
+    part.write_bytes(b"x" * 1000)
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(DgnUserError, match="the part is kept"):
+        download("fever", data, f"http://127.0.0.1:{port}/", splits=["paper_test"], progress=False, timeout=5)
+    assert part.read_bytes() == b"x" * 1000

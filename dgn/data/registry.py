@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import json
 import os
 import urllib.error
 import urllib.parse
@@ -416,9 +417,17 @@ def download(
         except OSError as exc:
             raise DgnUserError(f"cannot create {target.parent}: {exc.strerror or exc}") from exc
         url = urllib.parse.urljoin(base, urllib.parse.quote(file.url))
-        digest = _fetch(
-            url, target, expected, label=file.relative_path, progress=progress, timeout=timeout
-        )
+        try:
+            digest = _fetch(
+                url, target, expected, label=file.relative_path, progress=progress, timeout=timeout
+            )
+        except DgnUserError as exc:
+            if file.sha256 is None and expected is not None and str(exc).startswith("checksum mismatch"):
+                raise DgnUserError(
+                    f"{exc} (the sha256 recorded in {_sums_path(root, file)} at the first download; "
+                    f"if the publisher changed the file, delete its line there to accept the new one)"
+                ) from None
+            raise
         if expected is None:
             _record_sha256(root, file, digest)
         paths.append(target)
@@ -440,28 +449,81 @@ def _part_path(target: Path) -> Path:
     return target.with_name(f".{target.name}.part")
 
 
+def _validator_path(part: Path) -> Path:
+    return part.with_name(part.name + ".json")
+
+
+def _read_validator(part: Path) -> dict[str, str]:
+    try:
+        data = json.loads(_validator_path(part).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, str)} if isinstance(data, dict) else {}
+
+
+def _content_range(value: str | None) -> tuple[int | None, int | None]:
+    """``bytes a-b/N`` -> ``(a, N)``; ``bytes */N`` -> ``(None, N)``; unknown parts None."""
+    if not value or not value.strip().lower().startswith("bytes"):
+        return None, None
+    spec = value.strip()[5:].strip()
+    span, _, size = spec.partition("/")
+    first = span.partition("-")[0].strip()
+    return (int(first) if first.isdigit() else None), (int(size) if size.strip().isdigit() else None)
+
+
 def _fetch(
-    url: str, target: Path, expected: str | None, *, label: str, progress: bool, timeout: float
+    url: str, target: Path, expected: str | None, *, label: str, progress: bool, timeout: float,
+    _restarted: bool = False,
 ) -> str:
-    """Download ``url`` to ``target`` (via its part file), check it; return its SHA-256."""
+    """Download ``url`` to ``target`` (via its part file), check it; return its SHA-256.
+
+    A part file left by an interrupted transfer is resumed with ``Range`` (and ``If-Range``
+    with the validator the server gave first, so a changed file is sent whole): a 206 whose
+    ``Content-Range`` starts at the part's end is appended, any other answer starts over; a
+    416 accepts the part only if the server's size equals it. Errors before or during a
+    resumable transfer keep the part for the next run; only a restart, a checksum mismatch
+    or a server without byte ranges discards it.
+    """
     from tqdm import tqdm
 
     if target.is_dir():
         raise DgnUserError(f"cannot write {target}: it is a directory")
     part = _part_path(target)
     start = part.stat().st_size if part.is_file() else 0
+    validator = _read_validator(part) if start else {}
+    if start and validator.get("url") not in (None, url):
+        start, validator = 0, {}  # a part from another address: start over
     request = urllib.request.Request(url)
     if start:
         request.add_header("Range", f"bytes={start}-")
+        if validator.get("etag") or validator.get("last_modified"):
+            request.add_header("If-Range", validator.get("etag") or validator["last_modified"])
     received = 0
-    resumable = False
+    resumable = bool(start)  # a kept part stays unless the server proves it useless
+
+    def restart(why: str) -> str:
+        _discard(part)
+        if _restarted:
+            raise DgnUserError(f"cannot download {label} from {url}: {why}")
+        return _fetch(url, target, expected, label=label, progress=progress, timeout=timeout, _restarted=True)
+
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             status = getattr(resp, "status", 200)
-            resumed = bool(start) and status == 206
+            resumed = False
+            if start and status == 206:
+                first, _ = _content_range(resp.headers.get("Content-Range"))
+                if first != start:
+                    return restart(f"the server resumed at byte {first}, not {start}")
+                resumed = True
             if not resumed:
                 start = 0
             resumable = resumed or resp.headers.get("Accept-Ranges", "").strip().lower() == "bytes"
+            if not resumed:
+                tag = {"url": url, "etag": resp.headers.get("ETag") or "",
+                       "last_modified": resp.headers.get("Last-Modified") or ""}
+                with atomic_write(_validator_path(part), "w") as fh:
+                    json.dump({k: v for k, v in tag.items() if v}, fh)
             length = resp.headers.get("Content-Length")
             remaining = int(length) if length is not None and length.strip().isdigit() else None
             total = None if remaining is None else start + remaining
@@ -479,10 +541,12 @@ def _fetch(
             if remaining is not None and received != remaining:
                 raise http.client.IncompleteRead(b"", remaining - received)
     except urllib.error.HTTPError as exc:
-        if exc.code == 416 and start:  # the part file is already the whole file
-            pass
+        if exc.code == 416 and start:
+            _, size = _content_range(exc.headers.get("Content-Range") if exc.headers else None)
+            if size != start:  # the part is not the server's whole file
+                return restart(f"HTTP 416 for a {start}-byte part of a {size}-byte file")
         else:
-            _discard(part)
+            _discard(part, keep=resumable)
             raise DgnUserError(f"cannot download {label} from {url}: HTTP {exc.code} {exc.reason}") from exc
     except http.client.IncompleteRead as exc:
         got = start + received + len(exc.partial)
@@ -498,7 +562,8 @@ def _fetch(
         ) from exc
     except urllib.error.URLError as exc:
         _discard(part, keep=resumable)
-        raise DgnUserError(f"cannot download {label} from {url}: {exc.reason}") from exc
+        kept = f"; the part is kept in {part}: run the command again to resume" if resumable else ""
+        raise DgnUserError(f"cannot download {label} from {url}: {exc.reason}{kept}") from exc
     except (OSError, ValueError, http.client.HTTPException) as exc:
         _discard(part, keep=resumable)
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
@@ -516,9 +581,11 @@ def _fetch(
     with open(part, "rb+") as fh:
         os.fsync(fh.fileno())
     os.replace(part, target)
+    _validator_path(part).unlink(missing_ok=True)
     return actual
 
 
 def _discard(part: Path, keep: bool = False) -> None:
     if not keep:
         part.unlink(missing_ok=True)
+        _validator_path(part).unlink(missing_ok=True)
