@@ -48,6 +48,7 @@ __all__ = [
     "prepare_folds",
     "fever_evidence_scores",
     "fever_wiki",
+    "read_fever_claims",
     "format_fever",
     "DATASET_SPLITS",
     "MODEL_NAMES",
@@ -246,15 +247,34 @@ def prepare_data(dataset: str, data_dir: str | os.PathLike[str] | None, work: Pa
     return paths
 
 
+def read_fever_claims(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """``{"id", "label", "evidence"}`` of every claim of a labelled FEVER claims file.
+
+    Raises:
+        DataError: A line that is not a claim with a string label (file and line named).
+    """
+    from dgn.data.io import iter_jsonl
+    from dgn.errors import DataError
+
+    claims = []
+    for line, obj in iter_jsonl(path):
+        label = obj.get("label") if isinstance(obj, dict) else None
+        if not isinstance(label, str):
+            raise DataError("a labelled claim needs a string label", path=str(path), line=line, field="label")
+        claims.append({"id": str(obj.get("id")), "label": label, "evidence": obj.get("evidence") or []})
+    return claims
+
+
 def fever_evidence_scores(
     rankings: Sequence[Sequence[int]],
     problems: Sequence[Any],
-    claims: str | os.PathLike[str],
+    claims: str | os.PathLike[str] | Sequence[dict[str, Any]],
     max_evidence: int = FEVER_MAX_EVIDENCE,
 ) -> dict[str, float]:
     """FEVER's official evidence precision, recall and F1 of a model's picks.
 
-    Every claim of the source file ``claims`` is scored with
+    Every claim of the source file ``claims`` (a path, or :func:`read_fever_claims` of
+    it) is scored with
     :func:`dgn.metrics.fever_score` against its own gold evidence (all groups, as
     released): a converted claim predicts the ``[page, line]`` of its first
     ``max_evidence`` picks (``meta["sentence_ids"]``); a verifiable claim that could not
@@ -267,22 +287,16 @@ def fever_evidence_scores(
         ``{"fever_precision@5", "fever_recall@5", "fever_f1@5"}`` (the cutoff in the keys
         is ``max_evidence``).
     """
-    from dgn.data.io import iter_jsonl
-    from dgn.errors import DataError
     from dgn.metrics import fever_score
 
+    if isinstance(claims, (str, os.PathLike)):
+        claims = read_fever_claims(claims)
     picks = {
         p.id: [list(p.meta["sentence_ids"][v]) for v in ranking[:max_evidence]]
         for ranking, p in zip(rankings, problems, strict=True)
     }
-    actual, predictions = [], []
-    for line, obj in iter_jsonl(claims):
-        label = obj.get("label") if isinstance(obj, dict) else None
-        if not isinstance(label, str):
-            raise DataError("a labelled claim needs a string label", path=str(claims), line=line, field="label")
-        actual.append({"label": label, "evidence": obj.get("evidence") or []})
-        predictions.append({"predicted_label": label, "predicted_evidence": picks.get(str(obj.get("id")), [])})
-    score = fever_score(predictions, actual, max_evidence=max_evidence)
+    predictions = [{"predicted_label": c["label"], "predicted_evidence": picks.get(c["id"], [])} for c in claims]
+    score = fever_score(predictions, claims, max_evidence=max_evidence)
     k = max_evidence
     return {f"fever_precision@{k}": score.precision, f"fever_recall@{k}": score.recall, f"fever_f1@{k}": score.f1}
 
@@ -410,8 +424,9 @@ def run_benchmark(
     else:
         splits = [prepare_data(dataset, data_dir, out / "data", s.seed, s.max_claims)]
     claims = None
-    if dataset == "fever":  # the official scorer reads the source claims, NEI included
-        claims = raw_file(dataset, DATASET_SPLITS["fever"]["test"], data_dir, out / "data", s.max_claims)
+    if dataset == "fever":  # the official scorer reads the source claims, NEI included, once
+        claims = read_fever_claims(raw_file(dataset, DATASET_SPLITS["fever"]["test"], data_dir, out / "data",
+                                            s.max_claims))
     if progress:
         print(f"features: {','.join(features)}; training seeds {list(s.seeds)}"
               + (f"; {s.folds}-fold cross-validation" if s.folds else ""), flush=True)
@@ -492,7 +507,7 @@ def run_benchmark(
         "candidate_stage": None if stage is None else stage.settings(),
         "graded_metrics": list(GRADED_METRICS) if graded else None,
         "fever_scorer": None if claims is None else {
-            "max_evidence": FEVER_MAX_EVIDENCE, "claims": _count_lines(claims), "max_claims": s.max_claims,
+            "max_evidence": FEVER_MAX_EVIDENCE, "claims": len(claims), "max_claims": s.max_claims,
         },
         "models": rows,
         "created": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -657,12 +672,6 @@ def _cell(row: dict[str, Any], key: str) -> str:
     value = f"{row['metrics'][key]:.3f}"
     sd = row.get("sd")
     return value + (f" ± {sd[key]:.3f}" if sd else "")
-
-
-def _count_lines(path: Path) -> int:
-    from dgn.data.io import iter_lines
-
-    return sum(1 for _, text in iter_lines(path) if text.strip())
 
 
 def format_fever(results: dict[str, Any]) -> str:

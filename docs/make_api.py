@@ -39,7 +39,7 @@ SECTIONS = [
                                     "select_tfidf_config", "bm25_rankings", "cosine_rankings", "scmm_rankings",
                                     "top_k"]),
     ("Benchmark", "dgn.benchmark", ["run_benchmark", "BenchmarkSettings", "format_results", "prepare_data",
-                                    "prepare_folds", "redundancy", "fever_wiki", "fever_evidence_scores",
+                                    "prepare_folds", "redundancy", "fever_wiki", "read_fever_claims", "fever_evidence_scores",
                                     "format_fever"]),
     ("Rank fusion", "dgn.fusion", ["fuse", "FUSION_METHODS", "NORMS"]),
     ("", "dgn.fusion.graphs", ["FusionGraph", "fusion_graph", "graph_similarity", "FusionGraphRetriever",

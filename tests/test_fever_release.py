@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import dgn.data.wikistore as ws
 from dgn.cli import main
 from dgn.data.registry import DATASETS, download, locate, recorded_sha256
 from dgn.data.wikistore import WikiStore
@@ -32,6 +33,24 @@ UNESCAPE = {"-LRB-": "(", "-RRB-": ")", "-LSB-": "[", "-RSB-": "]", "-LCB-": "{"
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+_READ_PAGES = ws._pages
+
+
+def _record_reads(monkeypatch: pytest.MonkeyPatch, stop_at: int | None = None) -> list[str]:
+    """Make the store builder note each dump file it reads (``file.name``) and, with
+    ``stop_at``, be interrupted (KeyboardInterrupt) when it opens that many files."""
+    read: list[str] = []
+
+    def reads(file: Any) -> Iterator[tuple[str, str]]:
+        read.append(file.name)
+        if len(read) == stop_at:
+            raise KeyboardInterrupt
+        yield from _READ_PAGES(file)
+
+    monkeypatch.setattr(ws, "_pages", reads)
+    return read
 
 
 @pytest.fixture(scope="module")
@@ -101,25 +120,13 @@ def test_a_changed_file_fails_its_recorded_checksum(release: dict[str, Any], tmp
 
 def test_ingest_resumes_after_an_interruption(release: dict[str, Any], tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    import dgn.data.wikistore as ws
-
     archive = release["data"] / "fever" / "wiki-pages.zip"
-    real = ws._pages
-    read: list[str] = []
-
-    def interrupted(file: Any) -> Iterator[tuple[str, str]]:
-        read.append(file.name)
-        if len(read) == 2:
-            raise KeyboardInterrupt
-        yield from real(file)
-
-    monkeypatch.setattr(ws, "_pages", interrupted)
+    _record_reads(monkeypatch, stop_at=2)
     db = tmp_path / "wiki.sqlite"
     with pytest.raises(KeyboardInterrupt):
         WikiStore.build(archive, db)
     assert not db.exists() and (tmp_path / ".wiki.sqlite.partial").exists()
-    read.clear()
-    monkeypatch.setattr(ws, "_pages", lambda file: (read.append(file.name), (yield from real(file)))[1])
+    read = _record_reads(monkeypatch)
     with WikiStore.build(archive, db) as store:
         assert read == ["wiki-pages/wiki-002.jsonl", "wiki-pages/wiki-003.jsonl"]  # the first was kept
         resumed = {title: store.get_lines(title) for title in release["pages"]}
@@ -268,26 +275,17 @@ def test_fever_benchmark_errors(tmp_path: Path) -> None:
 
 
 def test_a_partial_store_of_another_dump_is_not_resumed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dgn.data.wikistore as ws
-
     first, second = tmp_path / "a" / "wiki-pages", tmp_path / "b" / "wiki-pages"
     for directory, title in ((first, "Old_page"), (second, "New_page")):
         directory.mkdir(parents=True)
         for n in (1, 2):
             (directory / f"wiki-00{n}.jsonl").write_text(
                 json.dumps({"id": f"{title}_{n}", "text": "", "lines": "0\tA sentence ."}) + "\n")
-    real = ws._pages
-
-    def stop_at_second(file: Any) -> Iterator[tuple[str, str]]:
-        if file.name == "wiki-002.jsonl":
-            raise KeyboardInterrupt
-        yield from real(file)
-
-    monkeypatch.setattr(ws, "_pages", stop_at_second)
+    _record_reads(monkeypatch, stop_at=2)  # stopped at wiki-002.jsonl
     db = tmp_path / "wiki.sqlite"
     with pytest.raises(KeyboardInterrupt):
         WikiStore.build(first, db)
-    monkeypatch.setattr(ws, "_pages", real)
+    monkeypatch.setattr(ws, "_pages", _READ_PAGES)
     (second / "wiki-002.jsonl").write_text((second / "wiki-002.jsonl").read_text() + "\n")  # other sizes
     with WikiStore.build(second, db) as store:
         assert "Old_page_1" not in store
@@ -298,8 +296,6 @@ def test_a_partial_store_left_after_its_index_was_made_is_finished(
     release: dict[str, Any], tmp_path: Path
 ) -> None:
     # a build stopped inside its last steps: every file done, the index already there
-    import dgn.data.wikistore as ws
-
     archive = release["data"] / "fever" / "wiki-pages.zip"
     files = ws._dump_files(archive)
     conn = ws._open_partial(tmp_path / ".wiki.sqlite.partial", ws._fingerprint(files), fresh=True,
@@ -317,27 +313,16 @@ def test_a_partial_store_left_after_its_index_was_made_is_finished(
 def test_a_build_started_from_the_directory_resumes_from_the_archive(
     release: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dgn.data.wikistore as ws
-
     archive = release["data"] / "fever" / "wiki-pages.zip"
     with zipfile.ZipFile(archive) as z:
         z.extractall(tmp_path)
-    real = ws._pages
-    read: list[str] = []
-
-    def counted(file: Any) -> Iterator[tuple[str, str]]:
-        read.append(Path(file.name).name)
-        if file.member is None and len(read) == 2:
-            raise KeyboardInterrupt
-        yield from real(file)
-
-    monkeypatch.setattr(ws, "_pages", counted)
+    _record_reads(monkeypatch, stop_at=2)
     db = tmp_path / "wiki.sqlite"
     with pytest.raises(KeyboardInterrupt):
         WikiStore.build(tmp_path / "wiki-pages", db)
-    read.clear()
+    read = _record_reads(monkeypatch)
     with WikiStore.build(archive, db) as store:
-        assert read == ["wiki-002.jsonl", "wiki-003.jsonl"]
+        assert read == ["wiki-pages/wiki-002.jsonl", "wiki-pages/wiki-003.jsonl"]
         assert len(store) == len(release["pages"])
         (total,) = store._conn.execute("SELECT COUNT(*) FROM pages").fetchone()
         assert total == len(release["pages"])  # nothing inserted twice
@@ -357,15 +342,12 @@ def test_a_wrong_part_file_is_never_taken_for_the_download(release: dict[str, An
 
 
 def test_a_failed_resume_keeps_the_part(tmp_path: Path) -> None:
-    import socket
+    from tests.test_cli_errors import _closed_port_url
 
     data = tmp_path / "data"
     (data / "fever").mkdir(parents=True)
     part = data / "fever" / ".paper_test.jsonl.part"
     part.write_bytes(b"x" * 1000)
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     with pytest.raises(DgnUserError, match="the part is kept"):
-        download("fever", data, f"http://127.0.0.1:{port}/", splits=["paper_test"], progress=False, timeout=5)
+        download("fever", data, _closed_port_url(), splits=["paper_test"], progress=False, timeout=5)
     assert part.read_bytes() == b"x" * 1000

@@ -92,6 +92,31 @@ def open_text(path: str | os.PathLike[str]) -> IO[str]:
     return io.TextIOWrapper(open_binary(path), encoding="utf-8")
 
 
+def iter_stream_lines(fh: IO[bytes], label: str) -> Iterator[tuple[int, str]]:
+    """Decode the lines of an open binary stream, as :func:`iter_lines` does for a file.
+
+    Args:
+        fh: The stream (a file, a gzip or an archive member).
+        label: How errors name the source (a path, ``archive.zip:member``).
+
+    Yields:
+        ``(line_number, text)`` pairs, 1-based, line endings and a leading UTF-8 byte
+        order mark stripped.
+
+    Raises:
+        DataError: A line that is not valid UTF-8 (the stream's own read errors pass
+            through for the caller to name).
+    """
+    for line_no, raw in enumerate(fh, 1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"not valid UTF-8 at byte {exc.start}", path=label, line=line_no) from exc
+        if line_no == 1 and text.startswith("\ufeff"):
+            text = text[1:]
+        yield line_no, text.rstrip("\r\n")
+
+
 def iter_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
     """Stream the lines of a plain or gzip UTF-8 text file with 1-based line numbers.
 
@@ -112,17 +137,8 @@ def iter_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
     line_no = 0
     with open_binary(path) as fh:
         try:
-            for raw in fh:
-                line_no += 1
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise DataError(
-                        f"not valid UTF-8 at byte {exc.start}", path=p, line=line_no
-                    ) from exc
-                if line_no == 1 and text.startswith("\ufeff"):
-                    text = text[1:]
-                yield line_no, text.rstrip("\r\n")
+            for line_no, text in iter_stream_lines(fh, p):
+                yield line_no, text
         except (EOFError, gzip.BadGzipFile, OSError) as exc:
             reason = _reason(exc) if isinstance(exc, OSError) else str(exc)
             raise DataError(

@@ -329,10 +329,9 @@ def _resolve_dir(explicit: str | os.PathLike[str] | None) -> Path:
 
 
 def _base_url(base_url: str | None, spec: DatasetSpec) -> str:
-    base = base_url or os.environ.get(DATA_URL_ENV)
-    if base and spec.default_url is not None and not base_url:
-        base = None  # $DGN_DATA_URL names a mirror of the shipped datasets, not the publisher's
-    base = base or spec.default_url
+    # $DGN_DATA_URL names a mirror of the datasets dgn registers checksums for; a dataset
+    # with a publisher's address (FEVER) comes from there unless --base-url says otherwise.
+    base = base_url or (spec.default_url if spec.default_url is not None else os.environ.get(DATA_URL_ENV))
     if not base:
         raise DgnUserError(
             f"no download location: pass --base-url URL (base_url=) or set ${DATA_URL_ENV} "
@@ -417,17 +416,11 @@ def download(
         except OSError as exc:
             raise DgnUserError(f"cannot create {target.parent}: {exc.strerror or exc}") from exc
         url = urllib.parse.urljoin(base, urllib.parse.quote(file.url))
-        try:
-            digest = _fetch(
-                url, target, expected, label=file.relative_path, progress=progress, timeout=timeout
-            )
-        except DgnUserError as exc:
-            if file.sha256 is None and expected is not None and str(exc).startswith("checksum mismatch"):
-                raise DgnUserError(
-                    f"{exc} (the sha256 recorded in {_sums_path(root, file)} at the first download; "
-                    f"if the publisher changed the file, delete its line there to accept the new one)"
-                ) from None
-            raise
+        recorded_in = _sums_path(root, file) if file.sha256 is None and expected is not None else None
+        digest = _fetch(
+            url, target, expected, label=file.relative_path, progress=progress, timeout=timeout,
+            recorded_in=recorded_in,
+        )
         if expected is None:
             _record_sha256(root, file, digest)
         paths.append(target)
@@ -473,7 +466,7 @@ def _content_range(value: str | None) -> tuple[int | None, int | None]:
 
 def _fetch(
     url: str, target: Path, expected: str | None, *, label: str, progress: bool, timeout: float,
-    _restarted: bool = False,
+    recorded_in: Path | None = None, _restarted: bool = False,
 ) -> str:
     """Download ``url`` to ``target`` (via its part file), check it; return its SHA-256.
 
@@ -482,7 +475,8 @@ def _fetch(
     ``Content-Range`` starts at the part's end is appended, any other answer starts over; a
     416 accepts the part only if the server's size equals it. Errors before or during a
     resumable transfer keep the part for the next run; only a restart, a checksum mismatch
-    or a server without byte ranges discards it.
+    or a server without byte ranges discards it. ``recorded_in``: the record ``expected``
+    was read from (FEVER's ``SHA256SUMS``), named in a mismatch.
     """
     from tqdm import tqdm
 
@@ -505,7 +499,8 @@ def _fetch(
         _discard(part)
         if _restarted:
             raise DgnUserError(f"cannot download {label} from {url}: {why}")
-        return _fetch(url, target, expected, label=label, progress=progress, timeout=timeout, _restarted=True)
+        return _fetch(url, target, expected, label=label, progress=progress, timeout=timeout,
+                      recorded_in=recorded_in, _restarted=True)
 
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
@@ -574,9 +569,13 @@ def _fetch(
     actual = sha256_file(part)
     if expected is not None and actual != expected:
         _discard(part)
+        record = "" if recorded_in is None else (
+            f" (the sha256 recorded in {recorded_in} at the first download; if the publisher "
+            f"changed the file, delete its line there to accept the new one)"
+        )
         raise DgnUserError(
             f"checksum mismatch for {label} from {url}: expected sha256 {expected}, "
-            f"got {actual}; nothing was written"
+            f"got {actual}; nothing was written{record}"
         )
     with open(part, "rb+") as fh:
         os.fsync(fh.fileno())

@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from dgn._progress import bars
-from dgn.data.io import iter_jsonl, parse_json_line
+from dgn.data.io import iter_jsonl, iter_stream_lines, parse_json_line
 from dgn.errors import DataError
 
 __all__ = ["WikiStore", "parse_lines", "unescape", "FORMAT_VERSION"]
@@ -117,6 +117,11 @@ class _DumpFile(NamedTuple):
     member: str | None  # the archive member, or None for a file on disk
 
     @property
+    def base_name(self) -> str:
+        """The file's own name (``wiki-001.jsonl``), the same for the directory and the archive."""
+        return Path(self.name).name
+
+    @property
     def label(self) -> str:
         return str(self.path) if self.member is None else f"{self.path}:{self.member}"
 
@@ -156,7 +161,7 @@ def _dump_files(source: Path) -> list[_DumpFile]:
 
 
 def _fingerprint(files: list[_DumpFile]) -> str:
-    return json.dumps([[Path(f.name).name, f.size] for f in files])
+    return json.dumps([[f.base_name, f.size] for f in files])
 
 
 def _objects(file: _DumpFile) -> Iterator[tuple[int, Any]]:
@@ -167,12 +172,7 @@ def _objects(file: _DumpFile) -> Iterator[tuple[int, Any]]:
     line_no = 0
     try:
         with zipfile.ZipFile(file.path) as archive, archive.open(file.member) as fh:
-            for raw in fh:
-                line_no += 1
-                try:
-                    text = raw.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise DataError(f"not valid UTF-8 at byte {exc.start}", path=label, line=line_no) from exc
+            for line_no, text in iter_stream_lines(fh, label):
                 if text.strip():
                     yield line_no, parse_json_line(text, path=label, line=line_no)
     except (zipfile.BadZipFile, EOFError, OSError, zlib.error) as exc:
@@ -341,15 +341,15 @@ class WikiStore:
         partial = db.with_name(f".{db.name}.partial")
         conn = _open_partial(partial, fingerprint, fresh=force, target=db)
         try:
-            done = {name for (name,) in conn.execute("SELECT name FROM done")}  # base names
+            done = {name for (name,) in conn.execute("SELECT name FROM done")}
             total = sum(f.size for f in files)
             with tqdm(
                 total=total, unit="B", unit_scale=True, desc=f"wiki store {db.name}",
                 disable=not bars(progress), leave=False,
             ) as bar:
-                bar.update(sum(f.size for f in files if Path(f.name).name in done))
+                bar.update(sum(f.size for f in files if f.base_name in done))
                 for file in files:
-                    if Path(file.name).name in done:  # the directory's and the archive's alike
+                    if file.base_name in done:  # the directory's and the archive's alike
                         continue
                     with conn:  # one transaction a file: a killed build loses at most this file
                         batch: list[tuple[str, str]] = []
@@ -359,7 +359,7 @@ class WikiStore:
                                 conn.executemany("INSERT INTO pages VALUES (?, ?)", batch)
                                 batch.clear()
                         conn.executemany("INSERT INTO pages VALUES (?, ?)", batch)
-                        conn.execute("INSERT INTO done VALUES (?)", (Path(file.name).name,))
+                        conn.execute("INSERT INTO done VALUES (?)", (file.base_name,))
                     bar.update(file.size)
             # One explicit transaction for the last steps (Python's sqlite3 would commit the
             # DDL on its own): a build killed here resumes with every file still done.
