@@ -151,17 +151,24 @@ def test_train_and_predict_with_a_candidate_stage(
     assert code != 0 and "needs --top-l" in err
 
 
-def test_finetune_keeps_the_candidate_stage(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def _train_lexical(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                   problems: list[Problem], *options: object) -> Path:
+    """Write ``problems`` to ``tmp_path/data.jsonl`` and train ``tmp_path/m`` on them
+    (lexical features, one epoch, ``options`` added); return the data file."""
     from dgn.data import write_problems
 
     monkeypatch.setenv("DGN_CACHE_DIR", str(tmp_path / "cache"))
-    problems = _word_problems(1, 16, 8)
     data = tmp_path / "data.jsonl"
     write_problems(data, problems)
     code, _, err = _cli(["train", "--train", data, "--output", tmp_path / "m", "--features", "lexical",
-                         "--top-l", 3, "--epochs", 1, "--quiet"], capsys)
+                         *options, "--epochs", 1, "--quiet"], capsys)
     assert code == 0, err
+    return data
+
+
+def test_finetune_keeps_the_candidate_stage(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    data = _train_lexical(tmp_path, capsys, monkeypatch, _word_problems(1, 16, 8), "--top-l", 3)
     code, _, err = _cli(["finetune", "--model_name_or_path", tmp_path / "m", "--train", data,
                          "--output_dir", tmp_path / "ft", "--loss", "soft_ce", "--num_train_epochs", 1, "--quiet"],
                         capsys)
@@ -175,15 +182,10 @@ def test_finetune_keeps_the_candidate_stage(tmp_path: Path, capsys: pytest.Captu
 def test_predict_compile_on_gives_the_same_predictions(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """--compile on (the compiled SCMM greedy kernel) writes the predictions --compile off writes."""
-    from dgn.data import read_predictions, write_problems
+    from dgn.data import read_predictions
 
-    monkeypatch.setenv("DGN_CACHE_DIR", str(tmp_path / "cache"))
     problems = _word_problems(2, 20, 9)
-    data = tmp_path / "data.jsonl"
-    write_problems(data, problems)
-    code, _, err = _cli(["train", "--train", data, "--output", tmp_path / "m", "--features", "lexical",
-                         "--epochs", 1, "--quiet"], capsys)
-    assert code == 0, err
+    data = _train_lexical(tmp_path, capsys, monkeypatch, problems)
     import dgn.layer
 
     seen: list[bool] = []
