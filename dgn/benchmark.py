@@ -57,7 +57,11 @@ __all__ = [
 
 #: Raw files each benchmark dataset uses, and how train / dev / test are formed.
 DATASET_SPLITS: dict[str, dict[str, Any]] = {
-    "fm2": {"train": "dev", "test": "test", "dev_fraction": 0.2},
+    # FM2's claims come in groups about one Wikipedia page, sharing candidate sentences, and
+    # its test pages are disjoint from its dev pages: the early-stopping split is drawn by
+    # page too ("group": the meta field whose problems stay together), so that it measures
+    # what the test measures instead of rewarding memorised sentences.
+    "fm2": {"train": "dev", "test": "test", "dev_fraction": 0.2, "group": "wikipedia_page"},
     "wice": {"train": "dev", "test": None, "dev_fraction": 0.15, "test_fraction": 0.3},
     # one file (the release's only split): cross-validate it, or a seeded 30% is the test set
     "climate-fever": {"train": "test", "test": None, "dev_fraction": 0.15, "test_fraction": 0.3},
@@ -81,9 +85,17 @@ MODEL_NAMES = (
     "DGN",
 )
 #: Optional rows: the DGN's objective ablations and the end-to-end pair.
-EXTRA_MODELS = ("DGN (coverage only)", "DGN (modular only)", "Fine-tuned encoder", "DGN end to end")
-TRAINED_MODELS = ("Encoder", "DeepEncoder", "DGN", "DGN (coverage only)", "DGN (modular only)",
+EXTRA_MODELS = ("DGN (coverage + modular)", "DGN (coverage only)", "DGN (modular only)", "Fine-tuned encoder",
+                "DGN end to end")
+TRAINED_MODELS = ("Encoder", "DeepEncoder", "DGN (coverage + modular)", "DGN (coverage only)", "DGN (modular only)",
                   "Fine-tuned encoder", "DGN end to end")
+#: The DGN's objectives: the "DGN" row is the one of these with the best dev score (mean
+#: over the training seeds), chosen on each split's dev part as TF-IDF's configuration is.
+DGN_OBJECTIVES = {
+    "DGN (coverage + modular)": "coverage + modular",
+    "DGN (coverage only)": "coverage only",
+    "DGN (modular only)": "modular only",
+}
 
 
 @dataclass(frozen=True)
@@ -135,18 +147,46 @@ class BenchmarkSettings:
 GRADED_METRICS: tuple[str, ...] = ("ndcg@3", "ndcg@5", "mrr@7")
 
 
-def _split(problems: Sequence[Any], fractions: dict[str, float], seed: int, salt: str = "split") -> dict[str, list[int]]:
-    """Seeded index parts of ``problems`` (``train`` takes the rest)."""
-    order = list(range(len(problems)))
-    random.Random(f"{salt}:{seed}").shuffle(order)
+def _split(
+    problems: Sequence[Any], fractions: dict[str, float], seed: int, salt: str = "split", group: str | None = None
+) -> dict[str, list[int]]:
+    """Seeded index parts of ``problems`` (``train`` takes the rest).
+
+    With ``group`` (a ``meta`` field), problems that share its value stay in one part:
+    whole groups are dealt out in a seeded order until each part holds its share (a
+    problem without the field is a group of its own).
+    """
+    units = _groups(problems, group)
+    random.Random(f"{salt}:{seed}").shuffle(units)
     start = 0
     parts: dict[str, list[int]] = {}
     for name, frac in fractions.items():
-        n = max(1, round(frac * len(order)))
-        parts[name] = sorted(order[start : start + n])
-        start += n
-    parts["train"] = sorted(order[start:])
+        target = max(1, round(frac * len(problems)))
+        taken: list[int] = []
+        while start < len(units) and len(taken) < target:
+            taken.extend(units[start])
+            start += 1
+        parts[name] = sorted(taken)
+    parts["train"] = sorted(i for unit in units[start:] for i in unit)
+    if group is not None and problems and any(not part for part in parts.values()):
+        empty = [name for name, part in parts.items() if not part]
+        raise DgnUserError(
+            f"the {len(units)} group(s) of equal meta[{group!r}] cannot fill the {', '.join(empty)} split(s); "
+            f"the data needs claims about more {group} values"
+        )
     return parts
+
+
+def _groups(problems: Sequence[Any], group: str | None) -> list[list[int]]:
+    """Indices of ``problems`` in groups of equal ``meta[group]``, in first-seen order (singletons without ``group``)."""
+    if group is None:
+        return [[i] for i in range(len(problems))]
+    units: dict[Any, list[int]] = {}
+    for i, problem in enumerate(problems):
+        meta = getattr(problem, "meta", None) or {}
+        value = meta.get(group)
+        units.setdefault(("value", value) if isinstance(value, str) else ("own", i), []).append(i)
+    return list(units.values())
 
 
 def fever_wiki(data_dir: str | os.PathLike[str] | None) -> Path:
@@ -240,7 +280,7 @@ def prepare_data(dataset: str, data_dir: str | os.PathLike[str] | None, work: Pa
     fractions = {"dev": plan["dev_fraction"]}
     if plan["test"] is None:
         fractions["test"] = plan["test_fraction"]
-    for name, idx in _split(problems, fractions, seed).items():
+    for name, idx in _split(problems, fractions, seed, group=plan.get("group")).items():
         write_problems(paths[name], (problems[i] for i in idx))
     if plan["test"] is not None:
         _convert(dataset, plan["test"], data_dir, work, paths["test"], seed, max_claims)
@@ -308,7 +348,8 @@ def prepare_folds(
 
     Fold ``i`` is the test set of split ``i``; a seeded 15% of the other folds is its
     early-stopping set and the rest its training set. Every problem is in exactly one
-    test fold.
+    test fold. Where the dataset names a ``group`` field (FM2: the Wikipedia page), a
+    group's problems share their test fold and, within the rest, their split.
     """
     from dgn.data import write_problems
 
@@ -317,13 +358,25 @@ def prepare_folds(
     problems = _convert_train_file(dataset, data_dir, work, seed)
     if len(problems) < folds:
         raise DgnUserError(f"--folds {folds}: the {dataset} file has only {len(problems)} problems")
-    order = list(range(len(problems)))
-    random.Random(f"folds:{seed}").shuffle(order)
+    group = DATASET_SPLITS[dataset].get("group")
+    units = _groups(problems, group)
+    random.Random(f"folds:{seed}").shuffle(units)
+    if group is None:  # problem i of the shuffled order goes to fold i mod folds
+        members = [sorted(u[0] for u in units[i::folds]) for i in range(folds)]
+    else:  # each group, largest first, to the fold that holds the fewest problems so far
+        members = [[] for _ in range(folds)]
+        for unit in sorted(units, key=len, reverse=True):
+            min(members, key=len).extend(unit)
+        if any(not m for m in members):
+            raise DgnUserError(f"--folds {folds}: the {dataset} file has fewer than {folds} groups of claims")
+    order = [j for unit in units for j in unit]
     out = []
     for i in range(folds):
-        test = sorted(order[i::folds])
-        rest = [j for j in order if j not in set(test)]
-        parts = _split([problems[j] for j in rest], {"dev": DATASET_SPLITS[dataset]["dev_fraction"]}, seed, f"fold{i}")
+        test = sorted(members[i])
+        held = set(test)
+        rest = [j for j in order if j not in held]
+        parts = _split([problems[j] for j in rest], {"dev": DATASET_SPLITS[dataset]["dev_fraction"]}, seed, f"fold{i}",
+                       group=group)
         idx = {"test": test, "dev": [rest[j] for j in parts["dev"]], "train": [rest[j] for j in parts["train"]]}
         paths = {name: work / f"fold{i}" / f"{name}.jsonl" for name in idx}
         paths["test"].parent.mkdir(parents=True, exist_ok=True)
@@ -368,7 +421,7 @@ def _build_model(name: str, in_features: int, seed: int) -> Any:
 
     torch.manual_seed(seed)
     config = DGNConfig(in_features=in_features)
-    if name.startswith("DGN"):
+    if name in DGN_OBJECTIVES:
         if name == "DGN (coverage only)":
             config = replace(config, modular=False)
         elif name == "DGN (modular only)":
@@ -462,6 +515,9 @@ def run_benchmark(
         if name == "TF-IDF" and len(per_split) > 1:
             chosen = sorted({part["tfidf_config"] for part in per_split})
             label = f"TF-IDF ({' / '.join(chosen)})" if len(chosen) > 1 else label
+        if name == "DGN" and len(per_split) > 1:
+            chosen = sorted({part["dgn_objective"] for part in per_split})
+            label = f"DGN (dev choice: {' / '.join(chosen)})" if len(chosen) > 1 else label
         runs = []
         n_runs = len(per_split[0]["rankings"][name])
         for r in range(n_runs):
@@ -500,6 +556,9 @@ def run_benchmark(
         "feature_dim": first["dim"],
         "tfidf_config": [part.get("tfidf_config") for part in per_split] if s.folds else first.get("tfidf_config"),
         "tfidf_dev_scores": first.get("tfidf_dev_scores"),
+        "dgn_objective": [part.get("dgn_objective") for part in per_split] if s.folds else first.get("dgn_objective"),
+        "dgn_objective_dev_scores": [part.get("dgn_objective_dev_scores") for part in per_split] if s.folds
+        else first.get("dgn_objective_dev_scores"),
         "ks": list(s.ks),
         "splits": first["sizes"] if not s.folds else {"test": len(golds), "folds": s.folds},
         "model_config": first["model_config"],
@@ -626,13 +685,14 @@ def _run_split(
         if block is not None:
             cols = [j for j, c in enumerate(columns) if c.startswith(block)]
             rankings["SCMM greedy (untrained)"] = [scmm_rankings((np.asarray(x)[:, cols] for x in test.raw), kmax)]
-    model_config = None
-    for name in [m for m in TRAINED_MODELS if m in s.models and m not in ("Fine-tuned encoder", "DGN end to end")]:
+    wanted = [m for m in TRAINED_MODELS if m in s.models and m not in ("Fine-tuned encoder", "DGN end to end")]
+    if "DGN" in s.models:  # every objective is trained; the dev split picks the DGN row's
+        wanted += [m for m in DGN_OBJECTIVES if m not in wanted]
+    first_models: dict[str, Any] = {}
+    for name in [m for m in TRAINED_MODELS if m in wanted]:
         rankings[name], seconds[name] = [], []
         for seed in s.seeds:
             model = _build_model(name, featurizer.dim, seed)
-            if isinstance(model, DGN):
-                model_config = model.config.to_dict()
             parameters[name] = model.num_parameters()
             if progress:
                 print(f"training {name} ({model.num_parameters():,} parameters), seed {seed}", flush=True)
@@ -640,9 +700,32 @@ def _run_split(
             rankings[name].append(rank(model, test, kmax))
             seconds[name].append(fit.seconds)
             dev_scores.setdefault(name, []).append(fit.best_score)
-            if save and name == "DGN" and seed == s.seeds[0]:
-                model.save_pretrained(out / "dgn-model", extra={"featurizer": featurizer.settings()})
-    result["model_config"] = model_config
+            if seed == s.seeds[0]:
+                first_models[name] = model
+    if "DGN" in s.models:
+        scores = {name: float(statistics.fmean(dev_scores[name])) for name in DGN_OBJECTIVES}
+        chosen = max(DGN_OBJECTIVES, key=lambda name: scores[name])  # ties: the first (both terms)
+        result["dgn_objective"] = DGN_OBJECTIVES[chosen]
+        result["dgn_objective_dev_scores"] = {DGN_OBJECTIVES[n]: v for n, v in scores.items()}
+        labels["DGN"] = f"DGN (dev choice: {DGN_OBJECTIVES[chosen]})"
+        for table in (rankings, seconds, parameters, dev_scores):
+            table["DGN"] = table[chosen]
+        for name in DGN_OBJECTIVES:
+            if name not in s.models:
+                for table in (rankings, seconds, parameters, dev_scores):
+                    del table[name]
+        if progress:
+            print(f"DGN objective chosen on the dev split: {DGN_OBJECTIVES[chosen]} "
+                  f"(mean dev recall {', '.join(f'{DGN_OBJECTIVES[n]} {v:.4f}' for n, v in scores.items())})",
+                  flush=True)
+        model = first_models[chosen]
+        result["model_config"] = model.config.to_dict()
+        if save:
+            model.save_pretrained(out / "dgn-model", extra={"featurizer": featurizer.settings()})
+    else:
+        result["model_config"] = next(
+            (m.config.to_dict() for n, m in first_models.items() if isinstance(m, DGN)), None
+        )
     for name, head in (("Fine-tuned encoder", "listwise"), ("DGN end to end", "dgn")):
         if name not in s.models:
             continue
