@@ -2,14 +2,17 @@
 
 ``run_benchmark("fm2", ...)`` converts the raw files (seeded candidate shuffle), builds
 the claim-sentence features of the chosen feature set, trains Encoder, DeepEncoder and
-DGN on them once per training seed, and scores every model at k = 7, 5, 3, 1 (Powers
+the DGN with each objective (coverage + modular, coverage only, modular only; the "DGN"
+row is the one with the best mean dev recall) on them once per training seed, and scores every model at k = 7, 5, 3, 1 (Powers
 et al., 2018, Table 1) beside the baselines a user would otherwise pick: TF-IDF (the
 strongest of the standard configurations on the dev split), BM25, the zero-shot
 sentence-encoder cosine and the word-embedding cosine. Trained models are reported as
 the mean and standard deviation over the seeds.
 
-Splits: FM2 trains on its dev file (a seeded 20% of it held out for early stopping and
-for choosing the TF-IDF configuration) and is evaluated on its test file. WiCE has only
+Splits: FM2 trains on its dev file (the claims of a seeded 20% of its Wikipedia pages
+held out for early stopping and for choosing the TF-IDF configuration and the DGN's
+objective: claims about one page share candidate sentences, and FM2 test's pages are
+disjoint from dev's) and is evaluated on its test file. WiCE has only
 its dev file here: either split 55/15/30 into train / early-stopping / test, or, with
 ``folds``, cross-validated: each fold is the test set once, 15% of the rest is the
 early-stopping split, and every claim is scored once per seed by the model that did not

@@ -17,7 +17,8 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         help="train and evaluate every baseline and the DGN on a registered dataset",
         description=(
             "Convert and split a registered dataset (or cross-validate it with --folds), build the "
-            "features of --features, train Encoder, DeepEncoder and DGN with the defaults of "
+            "features of --features, train Encoder, DeepEncoder and the DGN (with each objective: the "
+            "DGN row is the one best on the dev split) with the defaults of "
             "`dgn train` once per training seed, score them (mean and sd over the seeds) beside "
             "TF-IDF (the configuration best on the dev split), BM25, the sentence-encoder and "
             "word-embedding cosines and untrained SCMM greedy at k = 7, 5, 3, 1, and write "
@@ -49,7 +50,8 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     )
     p.add_argument(
         "--ablation", action="store_true",
-        help="add the DGN's objective ablations: coverage only (no modular term), modular only (no coverage)",
+        help="show every DGN objective as a row: coverage + modular, coverage only (no modular term), "
+        "modular only (no coverage); the DGN row is the one the dev split chose",
     )
     p.add_argument("--epochs", type=types["positive_int"], default=None, help="maximum epochs (default: dgn.train.TrainConfig's)")
     from dgn.commands._common import add_candidate_stage_options
