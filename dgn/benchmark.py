@@ -56,6 +56,7 @@ __all__ = [
     "DATASET_SPLITS",
     "MODEL_NAMES",
     "TRAINED_MODELS",
+    "DGN_OBJECTIVES",
 ]
 
 #: Raw files each benchmark dataset uses, and how train / dev / test are formed.
