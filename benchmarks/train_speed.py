@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -40,14 +41,15 @@ def shaped_peak(m: int, k: int, n: int, repeats: int = 21) -> float:
 
 
 def main() -> None:
-    from dgn.losses import layerwise_cross_entropy
-    from dgn.model import DGN, DGNConfig
+    from dgn.model import DGNConfig
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--candidates", type=int, default=40)
     parser.add_argument("--steps", type=int, default=30, help="training steps per timed run")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compile", choices=("off", "on", "both"), default="both",
+                        help="the relaxed greedy layers eager, torch.compile'd (GreedyLayer.compile), or both in turn")
     args = parser.parse_args()
     B, N = args.batch, args.candidates
     config = DGNConfig(in_features=300, hidden_features=300, encoded_features=128, steps=7, tau=4.0)
@@ -60,8 +62,19 @@ def main() -> None:
     print(f"float32 matmul peak (2048^3): {peak / 1e9:.1f} GFLOP/s; at the encoder's shapes "
           f"({rows}x{F}x{Hd}, {rows}x{Hd}x{E}): {layer_peak / 1e9:.1f} GFLOP/s")
 
+    for compiled in {"off": (False,), "on": (True,), "both": (False, True)}[args.compile]:
+        print(f"\n## greedy layers {'compiled (GreedyLayer.compile = True)' if compiled else 'eager'}")
+        run(config, B, N, args, peak, layer_peak, compiled)
+
+
+def run(config: Any, B: int, N: int, args: argparse.Namespace, peak: float, layer_peak: float, compiled: bool) -> None:
+    from dgn.losses import layerwise_cross_entropy
+    from dgn.model import DGN
+
+    F, Hd, E = config.in_features, config.hidden_features, config.encoded_features
     torch.manual_seed(0)
     model = DGN(config).train()
+    model.greedy.compile = compiled
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     x = torch.randn(B, N, F)
     mask = torch.ones(B, N, dtype=torch.bool)
@@ -75,7 +88,7 @@ def main() -> None:
         loss.backward()
         optimizer.step()
 
-    for _ in range(5):
+    for _ in range(5):  # warm-up (and, compiled, the compilation)
         step()
     rates = []
     for _ in range(args.repeats):

@@ -453,6 +453,87 @@ def _compiled(obj: SCMM, kind: Literal["step", "screen"]) -> Callable[..., tuple
     return fn
 
 
+def _soft_layers(
+    feats: Tensor,
+    obj: Objective,
+    valid: Tensor,
+    mod: Tensor | None,
+    tau: float,
+    k: int,
+    relaxation: str,
+    branchless: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The K relaxed layers of :func:`soft_greedy_select` on validated ``(B, N, E)`` input.
+
+    ``branchless``: no Python decision on tensor values (the out-of-range fallback is
+    computed for every row and selected with ``where``), so that ``torch.compile`` traces
+    the K layers as one graph; the values are the same.
+    """
+    B, N, _ = feats.shape
+    state = obj.init_state(feats, valid)
+    available = valid.clone()  # (B, N) not padding, not picked by an earlier layer
+    remaining = feats.new_ones(B, N)  # (B, N) soft mass not yet given, for "soft"
+    neg_inf = float("-inf")
+    dists, logits_all, steps, picks, pick_gains, oks = [], [], [], [], [], []
+    for _ in range(k):
+        g = obj.gains(feats, state, modular=mod)  # (B, N)
+        scores = g / tau
+        if relaxation == "soft":
+            scores = scores + torch.log(remaining.clamp_min(1e-30))
+        has = available.any(dim=1)  # (B,)
+        # Rows with nothing left get a dummy all-zero row so softmax stays finite.
+        logits = scores.masked_fill(~available, neg_inf)
+        top = logits.amax(dim=1)  # (B,) -inf where nothing is available
+        overflow = has & ~torch.isfinite(top)
+        if branchless or bool(overflow.any()):
+            # A tiny tau took g / tau out of range (+inf, NaN, or -inf everywhere), where
+            # softmax gives NaN: those rows use (g - max g) / tau, the same softmax in exact
+            # arithmetic (0 at the best gains even where tau underflows the dtype to 0).
+            g_top = g.masked_fill(~available, neg_inf).amax(dim=1, keepdim=True)
+            diff = g - torch.where(torch.isfinite(g_top), g_top, 0.0).detach()
+            shifted = torch.where(diff == 0, torch.zeros_like(diff), diff / tau)
+            if relaxation == "soft":
+                shifted = shifted + torch.log(remaining.clamp_min(1e-30))
+            shifted = shifted.masked_fill(~available, neg_inf)
+            logits = torch.where(overflow.unsqueeze(1), shifted, logits)
+        safe = torch.where(has.unsqueeze(1), logits, torch.zeros_like(logits))
+        s = torch.softmax(safe, dim=1) * has.unsqueeze(1).to(feats.dtype)  # (B, N)
+        s = s.masked_fill(~available, 0.0)
+        best = logits.masked_fill(~has.unsqueeze(1), 0.0).argmax(dim=1)  # (B,)
+        onehot = torch.nn.functional.one_hot(best, N).to(s.dtype) * has.unsqueeze(1).to(s.dtype)
+        if relaxation == "straight_through":
+            weights = onehot + (s - s.detach())  # forward: exactly the one-hot (s - s == 0)
+        else:
+            weights = s
+            remaining = remaining - s
+        dists.append(s)
+        logits_all.append(logits)
+        steps.append(g.masked_fill(~valid, 0.0))
+        picks.append(torch.where(has, best, torch.full_like(best, -1)))
+        pick_gains.append(torch.where(has, g.gather(1, best.unsqueeze(1)).squeeze(1), torch.zeros_like(g[:, 0])))
+        oks.append(has)
+        state = obj.update(feats, state, weights)
+        available = available & ~onehot.bool()
+    return (
+        torch.stack(dists, 1),
+        torch.stack(logits_all, 1),
+        torch.stack(picks, 1),
+        torch.stack(pick_gains, 1),
+        torch.stack(oks, 1),
+        torch.stack(steps, 1),
+    )
+
+
+_SOFT_COMPILED: list[Callable[..., tuple[Tensor, ...]]] = []
+
+
+def _soft_compiled() -> Callable[..., tuple[Tensor, ...]]:
+    """:func:`_soft_layers` built by ``torch.compile`` (once per process)."""
+    if not _SOFT_COMPILED:
+        _SOFT_COMPILED.append(torch.compile(_soft_layers))
+    return _SOFT_COMPILED[0]
+
+
 def _run_fused(fused: Callable[..., tuple[Tensor, ...]], *args: Any) -> tuple[Tensor, ...]:
     try:
         return fused(*args)
@@ -587,6 +668,7 @@ def soft_greedy_select(
     mask: Any = None,
     relaxation: Literal["soft", "straight_through"] = "soft",
     modular: Any = None,
+    compile: bool = False,
 ) -> SoftSelection:
     r"""K unfolded greedy layers with a relaxed argmax (the DGN's greedy layers).
 
@@ -620,6 +702,11 @@ def soft_greedy_select(
         relaxation: ``"soft"`` (default; differentiable everywhere) or
             ``"straight_through"`` (its gradient is a surrogate).
         modular: Optional ``(B, N)`` per-item bonus added to each gain.
+        compile: Run the K layers as one graph built by ``torch.compile`` (SCMM
+            objectives only; forward and backward fused into a few kernels; the first call
+            of a process, and of each new shape, compiles it: tens of seconds on CPU, and
+            it needs a C++ compiler). Values and gradients equal the uncompiled ones up to
+            float rounding.
 
     Returns:
         A :class:`SoftSelection` (unbatched input gives unbatched fields).
@@ -636,69 +723,28 @@ def soft_greedy_select(
         raise ValueError("soft_greedy_select needs at least one candidate (got N = 0)")
     if relaxation not in RELAXATIONS:
         raise ValueError(f"relaxation must be one of {RELAXATIONS}, got {relaxation!r}")
-    B, N, _ = feats.shape
-    rows = torch.arange(B, device=feats.device)
-    state = obj.init_state(feats, valid)
-    available = valid.clone()  # (B, N) not padding, not picked by an earlier layer
-    remaining = feats.new_ones(B, N)  # (B, N) soft mass not yet given, for "soft"
-    neg_inf = float("-inf")
-    dists, logits_all, steps, picks, pick_gains, oks = [], [], [], [], [], []
-    for _ in range(k):
-        g = obj.gains(feats, state, modular=mod)  # (B, N)
-        scores = g / tau
-        if relaxation == "soft":
-            scores = scores + torch.log(remaining.clamp_min(1e-30))
-        has = available.any(dim=1)  # (B,)
-        # Rows with nothing left get a dummy all-zero row so softmax stays finite.
-        logits = scores.masked_fill(~available, neg_inf)
-        top = logits.amax(dim=1)  # (B,) -inf where nothing is available
-        overflow = has & ~torch.isfinite(top)
-        if bool(overflow.any()):
-            # A tiny tau took g / tau out of range (+inf, NaN, or -inf everywhere), where
-            # softmax gives NaN: those rows use (g - max g) / tau, the same softmax in exact
-            # arithmetic (0 at the best gains even where tau underflows the dtype to 0).
-            g_top = g.masked_fill(~available, neg_inf).amax(dim=1, keepdim=True)
-            diff = g - torch.where(torch.isfinite(g_top), g_top, 0.0).detach()
-            shifted = torch.where(diff == 0, torch.zeros_like(diff), diff / tau)
-            if relaxation == "soft":
-                shifted = shifted + torch.log(remaining.clamp_min(1e-30))
-            shifted = shifted.masked_fill(~available, neg_inf)
-            logits = torch.where(overflow.unsqueeze(1), shifted, logits)
-        safe = torch.where(has.unsqueeze(1), logits, torch.zeros_like(logits))
-        s = torch.softmax(safe, dim=1) * has.unsqueeze(1).to(feats.dtype)  # (B, N)
-        s = s.masked_fill(~available, 0.0)
-        best = logits.masked_fill(~has.unsqueeze(1), 0.0).argmax(dim=1)  # (B,)
-        onehot = torch.zeros_like(s)
-        onehot[rows[has], best[has]] = 1.0
-        if relaxation == "straight_through":
-            weights = onehot + (s - s.detach())  # forward: exactly the one-hot (s - s == 0)
-        else:
-            weights = s
-            remaining = remaining - s
-        dists.append(s)
-        logits_all.append(logits)
-        steps.append(g.masked_fill(~valid, 0.0))
-        picks.append(torch.where(has, best, torch.full_like(best, -1)))
-        pick_gains.append(torch.where(has, g[rows, best], torch.zeros_like(g[:, 0])))
-        oks.append(has)
-        state = obj.update(feats, state, weights)
-        available = available.clone()
-        available[rows[has], best[has]] = False
     if k == 0:
+        B, N, _ = feats.shape
         empty = feats.new_zeros(B, 0, N)
         out = SoftSelection(
             empty, empty, torch.zeros(B, 0, dtype=torch.long), feats.new_zeros(B, 0),
             torch.zeros(B, 0, dtype=torch.bool), empty,
         )
     else:
-        out = SoftSelection(
-            torch.stack(dists, 1),
-            torch.stack(logits_all, 1),
-            torch.stack(picks, 1),
-            torch.stack(pick_gains, 1),
-            torch.stack(oks, 1),
-            torch.stack(steps, 1),
-        )
+        if compile:
+            if not isinstance(obj, SCMM):
+                raise ValueError(f"compile=True supports SCMM objectives, got {type(obj).__name__}")
+            layers = _soft_compiled()
+            try:
+                parts = layers(feats, obj, valid, mod, tau, k, relaxation, True)
+            except Exception as exc:  # torch.compile's backend failed (e.g. no C++ compiler)
+                if type(exc).__module__.startswith("torch._"):
+                    detail = one_line(exc)[:300]
+                    raise RuntimeError(f"compile=True: torch.compile could not build the relaxed layers: {detail}") from exc
+                raise
+        else:
+            parts = _soft_layers(feats, obj, valid, mod, tau, k, relaxation, False)
+        out = SoftSelection(*parts)
     if unbatched:
         out = SoftSelection(*(getattr(out, f)[0] for f in out.__dataclass_fields__))
     return out

@@ -48,8 +48,11 @@ class GreedyLayer(nn.Module):
             (3, 6) best).
         relaxation: ``"soft"`` (differentiable everywhere) or ``"straight_through"``
             (see :func:`dgn.soft_greedy_select`).
-        compile: In ``eval()`` mode without gradients, run hard greedy with the compiled
-            SCMM kernel (``greedy_select(..., compile=True)``; other objectives ignore it).
+        compile: Use ``torch.compile``'d kernels for SCMM objectives (other objectives
+            ignore it): in ``train()`` mode the K relaxed layers as one compiled graph
+            (``soft_greedy_select(..., compile=True)``), in ``eval()`` mode without
+            gradients hard greedy with the compiled gain kernel
+            (``greedy_select(..., compile=True)``).
 
     Shape:
         - features: ``(B, N, E)`` or ``(N, E)``, nonnegative for SCMM
@@ -90,9 +93,9 @@ class GreedyLayer(nn.Module):
         self.k = k
         self.tau = float(tau)
         self.relaxation = cast(Literal["soft", "straight_through"], relaxation)
-        #: In ``eval()`` mode without gradients, run hard greedy with the compiled SCMM
-        #: kernel (``greedy_select(..., compile=True)``): faster on large batches, the same
-        #: picks up to rounding ties; the first call of a process compiles it.
+        #: Use the compiled SCMM kernels: the relaxed layers in ``train()`` mode, hard
+        #: greedy in ``eval()`` mode without gradients. Faster on large batches, the same
+        #: values up to rounding; the first call of a process compiles them.
         self.compile = bool(compile)
 
     def extra_repr(self) -> str:
@@ -129,7 +132,8 @@ class GreedyLayer(nn.Module):
         K = self.k if steps is None else steps
         t = self.tau if tau is None else check_tau(tau)
         if self.training:
-            return soft_greedy_select(features, K, self.objective, t, mask, self.relaxation, modular=modular)
+            return soft_greedy_select(features, K, self.objective, t, mask, self.relaxation, modular=modular,
+                                      compile=self.compile and isinstance(self.objective, SCMM))
         fast = self.compile and not torch.is_grad_enabled() and isinstance(self.objective, SCMM)
         sel = greedy_select(features, K, self.objective, mask, modular=modular, return_step_gains=True,
                             compile=fast)

@@ -487,3 +487,42 @@ def test_screened_resolves_gains_float32_cannot_tell_apart(screen_everything):
     got32 = greedy_select(H.float(), 6)
     assert not torch.equal(got32.indices, want.indices)  # float32 alone gets them wrong
     _assert_same_selection(greedy_select(H, 6, compile=True), want)
+
+
+@pytest.mark.parametrize("relaxation", ["soft", "straight_through"])
+def test_compiled_relaxed_layers_equal_eager_in_values_and_gradients(relaxation):
+    """soft_greedy_select(compile=True) runs the K layers as one torch.compile'd graph: the
+    same distributions, logits, picks and gains as the eager layers, and the same gradients
+    into the features, the modular term and a learnable objective's weights; rows that run
+    out of candidates (mask) and a tiny temperature's out-of-range logits included."""
+    torch.manual_seed(3)
+    B, N, E, K = 3, 6, 5, 4
+    mask = torch.ones(B, N, dtype=torch.bool)
+    mask[1, 2:] = False  # two candidates for four layers
+    results = []
+    for compiled in (False, True):
+        torch.manual_seed(4)
+        objective = SCMM("sqrt", learnable=True, num_features=E, init_weight=0.5)
+        H = torch.rand(B, N, E, dtype=torch.float64).requires_grad_(True)
+        beta = torch.rand(B, N, dtype=torch.float64).requires_grad_(True)
+        objective = objective.double()
+        outs = [soft_greedy_select(H, K, objective, tau=tau, mask=mask, relaxation=relaxation, modular=beta,
+                                   compile=compiled) for tau in (2.0, 1e-310)]
+        loss = sum((o.distributions * torch.arange(N, dtype=H.dtype)).sum() + o.gains.sum() for o in outs)
+        loss.backward()
+        results.append((outs, H.grad, beta.grad, objective.raw_weights.grad))
+    (eager, *eager_grads), (fused, *fused_grads) = results
+    for a, b in zip(eager, fused, strict=True):
+        assert torch.equal(a.indices, b.indices) and torch.equal(a.valid, b.valid)
+        for field in ("distributions", "logits", "gains", "step_gains"):
+            x, y = getattr(a, field), getattr(b, field)
+            assert torch.equal(torch.isfinite(x), torch.isfinite(y)), field
+            torch.testing.assert_close(x[torch.isfinite(x)], y[torch.isfinite(y)], rtol=1e-9, atol=1e-12)
+    assert torch.equal(eager[1].logits[:, 0].amax(1), torch.zeros(B, dtype=H.dtype))  # g / tau overflowed: (g - max g) / tau
+    for x, y in zip(eager_grads, fused_grads, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-12)
+
+
+def test_compiled_relaxed_layers_need_an_scmm():
+    with pytest.raises(ValueError, match="compile=True supports SCMM objectives, got FacilityLocation"):
+        soft_greedy_select(torch.rand(4, 3), 2, FacilityLocation(), compile=True)
