@@ -27,7 +27,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--loss", default="soft_label", help="the DGN head's loss")
     parser.add_argument("--tau", type=float, default=None, help="the DGN head's temperature (default: the init's)")
-    parser.add_argument("--init", default="coverage", help="how the DGN head starts: coverage (default) or cosine")
+    parser.add_argument("--init", default="cosine", help="how the DGN head starts: cosine (default) or coverage")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--folds", type=int, default=None, help="cross-validate (WiCE) instead of the fixed splits")
     parser.add_argument("--top-l", type=int, default=None, help="cut problems to their L BM25-best candidates")
