@@ -31,6 +31,7 @@ import json
 import os
 import random
 import statistics
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -256,10 +257,15 @@ def _convert_train_file(dataset: str, data_dir: str | os.PathLike[str] | None, w
         raise DgnUserError(f"unknown benchmark dataset {dataset!r}; choose from {sorted(DATASET_SPLITS)}")
     plan = DATASET_SPLITS[dataset]
     work.mkdir(parents=True, exist_ok=True)
-    converted = work / f"{dataset}-{plan['train']}.converted.jsonl"
-    _convert(dataset, plan["train"], data_dir, work, converted, seed, max_claims)
-    problems = list(read_problems(converted))
-    converted.unlink()
+    # a name of its own: two runs preparing one directory at once do not remove each other's file
+    handle, name = tempfile.mkstemp(prefix=f"{dataset}-{plan['train']}.", suffix=".converted.jsonl", dir=work)
+    os.close(handle)
+    converted = Path(name)
+    try:
+        _convert(dataset, plan["train"], data_dir, work, converted, seed, max_claims)
+        problems = list(read_problems(converted))
+    finally:
+        converted.unlink(missing_ok=True)
     if not problems:
         head = f"the first {max_claims} claims of the" if max_claims is not None and dataset == "fever" else "the"
         raise DgnUserError(
