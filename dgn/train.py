@@ -45,7 +45,7 @@ STATE_NAME = "training_state.pt"
 _STATE_FORMAT = "dgn-training-state"
 _STATE_VERSION = 1
 #: TrainConfig fields a resumed run may change (they only decide when to stop).
-RESUMABLE_CHANGES = ("epochs", "patience")
+RESUMABLE_CHANGES = ("epochs", "patience", "compile")
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,13 @@ class TrainConfig:
             Evaluation always sees every candidate. 64 leaves FM2 (at most 12) untouched
             and bounds a WiCE batch (up to 1,131 candidates) at 64 columns.
         eval_ks: Cutoffs of the dev recall that selects the best epoch (their mean).
+        compile: Run a DGN's greedy layers through ``torch.compile`` while training
+            (``GreedyLayer.compile``; the model's own setting is restored afterwards):
+            the relaxed layers as one compiled graph, dev evaluation with the compiled
+            hard-greedy kernel. The same values up to float rounding, about 1.5 times the
+            training throughput at 64 problems of 40 candidates; compiling takes tens of
+            seconds at the first batch (and again when ``tau_decay`` changes the
+            temperature). Ignored for encoder scorers.
     """
 
     epochs: int = 40
@@ -96,6 +103,7 @@ class TrainConfig:
     sparse_weight: float = 0.0
     ndcg_temperature: float = 1.0
     ndcg_k: int | None = None
+    compile: bool = False
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size"):
@@ -104,6 +112,8 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"TrainConfig.lr must be a positive number, got {self.lr!r}")
+        if not isinstance(self.compile, bool):
+            raise ValueError(f"TrainConfig.compile must be True or False, got {self.compile!r}")
         if self.loss not in LOSSES:
             raise ValueError(f"TrainConfig.loss must be one of {LOSSES}, got {self.loss!r}")
         if not 0 < self.tau_decay <= 1:
@@ -269,7 +279,7 @@ def train_model(
         resume: Continue from the state in ``state_path`` instead of starting afresh.
             With the same data and config the run ends with exactly the parameters and
             metrics of an uninterrupted one (on CPU). ``config`` may differ from the
-            saved run only in ``epochs`` and ``patience``.
+            saved run only in ``epochs``, ``patience`` and ``compile``.
         extra_state: JSON-like values stored in the state (e.g. featurizer settings),
             read back with :func:`load_training_state`.
 
@@ -280,6 +290,31 @@ def train_model(
         DgnUserError: ``resume`` without a readable state, or a state from another
             model or config.
     """
+    greedy = getattr(model, "greedy", None) if config.compile else None
+    if greedy is None:
+        return _train_model(model, train, dev, config, on_best=on_best, progress=progress, state_path=state_path,
+                            resume=resume, extra_state=extra_state)
+    before = greedy.compile
+    greedy.compile = True
+    try:
+        return _train_model(model, train, dev, config, on_best=on_best, progress=progress, state_path=state_path,
+                            resume=resume, extra_state=extra_state)
+    finally:
+        greedy.compile = before
+
+
+def _train_model(
+    model: Model,
+    train: SelectionDataset,
+    dev: SelectionDataset | None,
+    config: TrainConfig,
+    *,
+    on_best: Callable[[Model, int, dict[str, float]], None] | None = None,
+    progress: bool = True,
+    state_path: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    extra_state: dict[str, Any] | None = None,
+) -> TrainResult:
     from tqdm.auto import tqdm
 
     from dgn.distributed import all_reduce_sum, average_gradients, barrier, is_main

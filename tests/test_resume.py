@@ -154,3 +154,27 @@ def test_corrupt_state_is_a_user_error(uninterrupted: Path, tmp_path: Path) -> N
     torch.save({"format": "something else"}, bad)
     with pytest.raises(DgnUserError, match="field 'format': not a dgn training state"):
         load_training_state(bad)
+
+
+def test_compiled_training_matches_eager_training(ws: dict[str, Path]) -> None:
+    """``dgn train --compile`` (the greedy layers through torch.compile) trains the same
+    model as the eager layers, up to float32 rounding; the option is recorded and a
+    compiled run resumes."""
+    args = [
+        "train", "--train", ws["train"], "--dev", ws["dev"], "--vectors", ws["vec"], "--features", "wordvec",
+        "--epochs", 3, "--patience", 0, "--encoded-features", 4, "--hidden-features", 8, "--steps", 3,
+        "--batch-size", 8, "--quiet",
+    ]
+    eager, compiled = ws["root"] / "eager", ws["root"] / "compiled"
+    for out, extra in ((eager, []), (compiled, ["--compile"])):
+        proc = run_dgn([*args, "--output", out, *extra], ws["cache"])
+        assert proc.returncode == 0, proc.stderr
+    we, wc = _weights(eager), _weights(compiled)
+    for name in we:
+        torch.testing.assert_close(wc[name], we[name], rtol=1e-4, atol=1e-5)
+    he, hc = _history(eager), _history(compiled)
+    for a, b in zip(he["history"], hc["history"], strict=True):
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+    assert load_training_state(compiled / STATE_NAME)["train_config"]["compile"] is True
+    more = run_dgn(["train", "--resume", compiled, "--epochs", 4, "--quiet"], ws["cache"])
+    assert more.returncode == 0, more.stderr
