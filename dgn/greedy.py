@@ -9,6 +9,7 @@ gradients reach the features and the objective's weights.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -524,23 +525,21 @@ def _soft_layers(
     )
 
 
-_SOFT_COMPILED: list[Callable[..., tuple[Tensor, ...]]] = []
-
-
+@functools.cache
 def _soft_compiled() -> Callable[..., tuple[Tensor, ...]]:
     """:func:`_soft_layers` built by ``torch.compile`` (once per process)."""
-    if not _SOFT_COMPILED:
-        _SOFT_COMPILED.append(torch.compile(_soft_layers))
-    return _SOFT_COMPILED[0]
+    return torch.compile(_soft_layers)  # type: ignore[return-value]
 
 
-def _run_fused(fused: Callable[..., tuple[Tensor, ...]], *args: Any) -> tuple[Tensor, ...]:
+def _run_fused(
+    fused: Callable[..., tuple[Tensor, ...]], *args: Any, what: str = "the gain kernel"
+) -> tuple[Tensor, ...]:
     try:
         return fused(*args)
     except Exception as exc:  # torch.compile's backend failed (e.g. no C++ compiler)
         if type(exc).__module__.startswith("torch._"):
             detail = one_line(exc)[:300]
-            raise RuntimeError(f"compile=True: torch.compile could not build the gain kernel: {detail}") from exc
+            raise RuntimeError(f"compile=True: torch.compile could not build {what}: {detail}") from exc
         raise
 
 
@@ -734,14 +733,8 @@ def soft_greedy_select(
         if compile:
             if not isinstance(obj, SCMM):
                 raise ValueError(f"compile=True supports SCMM objectives, got {type(obj).__name__}")
-            layers = _soft_compiled()
-            try:
-                parts = layers(feats, obj, valid, mod, tau, k, relaxation, True)
-            except Exception as exc:  # torch.compile's backend failed (e.g. no C++ compiler)
-                if type(exc).__module__.startswith("torch._"):
-                    detail = one_line(exc)[:300]
-                    raise RuntimeError(f"compile=True: torch.compile could not build the relaxed layers: {detail}") from exc
-                raise
+            parts = _run_fused(_soft_compiled(), feats, obj, valid, mod, tau, k, relaxation, True,
+                               what="the relaxed layers")
         else:
             parts = _soft_layers(feats, obj, valid, mod, tau, k, relaxation, False)
         out = SoftSelection(*parts)

@@ -7,10 +7,11 @@ the encoder baselines; model selection by recall on a dev set (early stopping).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,6 +252,22 @@ def evaluate_model(model: Model, data: SelectionDataset, ks: tuple[int, ...] = (
     return evaluate_rankings(rankings, [info.gold for info in data.infos], ks=ks)
 
 
+
+@contextlib.contextmanager
+def _compiled_layers(model: Model, on: bool) -> Iterator[None]:
+    """Set a DGN's ``greedy.compile`` for the duration (``TrainConfig.compile``), then restore it."""
+    greedy = getattr(model, "greedy", None)
+    if not on or greedy is None:
+        yield
+        return
+    before = greedy.compile
+    greedy.compile = True
+    try:
+        yield
+    finally:
+        greedy.compile = before
+
+
 def train_model(
     model: Model,
     train: SelectionDataset,
@@ -290,140 +307,116 @@ def train_model(
         DgnUserError: ``resume`` without a readable state, or a state from another
             model or config.
     """
-    greedy = getattr(model, "greedy", None) if config.compile else None
-    if greedy is None:
-        return _train_model(model, train, dev, config, on_best=on_best, progress=progress, state_path=state_path,
-                            resume=resume, extra_state=extra_state)
-    before = greedy.compile
-    greedy.compile = True
-    try:
-        return _train_model(model, train, dev, config, on_best=on_best, progress=progress, state_path=state_path,
-                            resume=resume, extra_state=extra_state)
-    finally:
-        greedy.compile = before
+    with _compiled_layers(model, config.compile):
+        from tqdm.auto import tqdm
 
+        from dgn.distributed import all_reduce_sum, average_gradients, barrier, is_main
+        from dgn.distributed import rank as _rank
+        from dgn.distributed import world_size as _world_size
 
-def _train_model(
-    model: Model,
-    train: SelectionDataset,
-    dev: SelectionDataset | None,
-    config: TrainConfig,
-    *,
-    on_best: Callable[[Model, int, dict[str, float]], None] | None = None,
-    progress: bool = True,
-    state_path: str | os.PathLike[str] | None = None,
-    resume: bool = False,
-    extra_state: dict[str, Any] | None = None,
-) -> TrainResult:
-    from tqdm.auto import tqdm
-
-    from dgn.distributed import all_reduce_sum, average_gradients, barrier, is_main
-    from dgn.distributed import rank as _rank
-    from dgn.distributed import world_size as _world_size
-
-    world, rank, main_process = _world_size(), _rank(), is_main()
-    torch.manual_seed(config.seed)
-    generator = torch.Generator().manual_seed(config.seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    pos_weight = config.pos_weight if config.pos_weight is not None else _pos_weight(train)
-    base_tau = model.config.tau if isinstance(model, DGN) else None
-    result = TrainResult(best_epoch=-1, best_score=-math.inf, best_metrics={})
-    best_state: dict[str, torch.Tensor] | None = None
-    stale = 0
-    first_epoch, seconds_before = 1, 0.0
-    if resume:
-        if state_path is None:
-            raise ValueError("resume=True needs a state_path")
-        saved = load_training_state(state_path)
-        _check_resumable(saved, model, config, state_path)
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        torch.set_rng_state(saved["torch_rng"])
-        generator.set_state(saved["generator"])
-        if saved.get("cuda_rng") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(saved["cuda_rng"])
-        result = TrainResult(
-            best_epoch=saved["best_epoch"],
-            best_score=saved["best_score"],
-            best_metrics=dict(saved["best_metrics"]),
-            history=list(saved["history"]),
-        )
-        best_state, stale = saved["best_state"], saved["stale"]
-        first_epoch, seconds_before = saved["epoch"] + 1, saved["seconds"]
-    start = time.perf_counter()
-    n_batches = math.ceil(sum(1 for i in train.infos if any(i.gold)) / config.batch_size)
-    for epoch in range(first_epoch, config.epochs + 1):
-        if dev is not None and config.patience and stale >= config.patience:
-            break
-        if isinstance(model, DGN) and base_tau is not None and config.tau_decay != 1.0:
-            _set_tau(model, base_tau * config.tau_decay ** (epoch - 1))
-        model.train()
-        total, count = 0.0, 0
-        if world > 1:
-            batches: Any = _local_batches(train, config.batch_size, generator, rank, world)
-        else:
-            batches = ((b, len(b.index)) for b in train.batches(
-                config.batch_size, shuffle=True, generator=generator, truncate=True, only_with_gold=True))
-        bar = tqdm(batches, total=n_batches, desc=f"epoch {epoch}/{config.epochs}",
-                   disable=not bars(progress), leave=False)
-        for batch, global_n in bar:
-            optimizer.zero_grad()
-            if batch is None:  # this rank's slice of a short last batch is empty
-                loss = sum(p.sum() for p in model.parameters()) * 0.0
-                n_local = 0
-            else:
-                n_local = len(batch.index)
-                loss = training_loss(model, batch, config, pos_weight)
-            # each slice's mean, weighted by its share: the summed gradients are the batch mean's
-            (loss * (n_local / global_n)).backward()
-            if world > 1:
-                average_gradients(model.parameters())
-            nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            optimizer.step()
-            total += float(loss.detach()) * n_local
-            count += n_local
-            bar.set_postfix(loss=f"{total / max(1, count):.4f}")
-        if world > 1:
-            total, count = all_reduce_sum([total, float(count)])
-        record: dict[str, Any] = {"epoch": epoch, "train_loss": total / max(1, count)}
-        if dev is not None:
-            metrics = evaluate_model(model, dev, config.eval_ks)
-            score = sum(metrics[f"recall@{k}"] for k in config.eval_ks) / len(config.eval_ks)
-            record.update({"dev_score": score, **{f"dev_{k}": v for k, v in metrics.items()}})
-            if score > result.best_score + 1e-9:
-                result.best_score, result.best_epoch, result.best_metrics = score, epoch, metrics
-                best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                stale = 0
-                if on_best is not None and main_process:
-                    on_best(model, epoch, metrics)
-            else:
-                stale += 1
-        result.history.append(record)
-        if state_path is not None and main_process:
-            if isinstance(model, DGN) and base_tau is not None:
-                _set_tau(model, base_tau)
-            _save_training_state(
-                state_path, model, optimizer, generator, config, result, best_state, stale, epoch,
-                seconds_before + time.perf_counter() - start, extra_state,
+        world, rank, main_process = _world_size(), _rank(), is_main()
+        torch.manual_seed(config.seed)
+        generator = torch.Generator().manual_seed(config.seed)
+        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        pos_weight = config.pos_weight if config.pos_weight is not None else _pos_weight(train)
+        base_tau = model.config.tau if isinstance(model, DGN) else None
+        result = TrainResult(best_epoch=-1, best_score=-math.inf, best_metrics={})
+        best_state: dict[str, torch.Tensor] | None = None
+        stale = 0
+        first_epoch, seconds_before = 1, 0.0
+        if resume:
+            if state_path is None:
+                raise ValueError("resume=True needs a state_path")
+            saved = load_training_state(state_path)
+            _check_resumable(saved, model, config, state_path)
+            model.load_state_dict(saved["model"])
+            optimizer.load_state_dict(saved["optimizer"])
+            torch.set_rng_state(saved["torch_rng"])
+            generator.set_state(saved["generator"])
+            if saved.get("cuda_rng") is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(saved["cuda_rng"])
+            result = TrainResult(
+                best_epoch=saved["best_epoch"],
+                best_score=saved["best_score"],
+                best_metrics=dict(saved["best_metrics"]),
+                history=list(saved["history"]),
             )
-        barrier()  # rank 0 has written this epoch's state before anyone goes on
-        if progress and main_process:
-            msg = f"epoch {epoch}: train loss {record['train_loss']:.4f}"
+            best_state, stale = saved["best_state"], saved["stale"]
+            first_epoch, seconds_before = saved["epoch"] + 1, saved["seconds"]
+        start = time.perf_counter()
+        n_batches = math.ceil(sum(1 for i in train.infos if any(i.gold)) / config.batch_size)
+        for epoch in range(first_epoch, config.epochs + 1):
+            if dev is not None and config.patience and stale >= config.patience:
+                break
+            if isinstance(model, DGN) and base_tau is not None and config.tau_decay != 1.0:
+                _set_tau(model, base_tau * config.tau_decay ** (epoch - 1))
+            model.train()
+            total, count = 0.0, 0
+            if world > 1:
+                batches: Any = _local_batches(train, config.batch_size, generator, rank, world)
+            else:
+                batches = ((b, len(b.index)) for b in train.batches(
+                    config.batch_size, shuffle=True, generator=generator, truncate=True, only_with_gold=True))
+            bar = tqdm(batches, total=n_batches, desc=f"epoch {epoch}/{config.epochs}",
+                       disable=not bars(progress), leave=False)
+            for batch, global_n in bar:
+                optimizer.zero_grad()
+                if batch is None:  # this rank's slice of a short last batch is empty
+                    loss = sum(p.sum() for p in model.parameters()) * 0.0
+                    n_local = 0
+                else:
+                    n_local = len(batch.index)
+                    loss = training_loss(model, batch, config, pos_weight)
+                # each slice's mean, weighted by its share: the summed gradients are the batch mean's
+                (loss * (n_local / global_n)).backward()
+                if world > 1:
+                    average_gradients(model.parameters())
+                nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+                optimizer.step()
+                total += float(loss.detach()) * n_local
+                count += n_local
+                bar.set_postfix(loss=f"{total / max(1, count):.4f}")
+            if world > 1:
+                total, count = all_reduce_sum([total, float(count)])
+            record: dict[str, Any] = {"epoch": epoch, "train_loss": total / max(1, count)}
             if dev is not None:
-                msg += f", dev mean recall {record['dev_score']:.4f}" + (" *" if stale == 0 else "")
-            tqdm.write(msg)
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    else:
-        result.best_epoch = len(result.history)
-        if on_best is not None and main_process:
-            on_best(model, result.best_epoch, {})
-    barrier()
-    if isinstance(model, DGN) and base_tau is not None:
-        _set_tau(model, base_tau)
-    model.eval()
-    result.seconds = seconds_before + time.perf_counter() - start
-    return result
+                metrics = evaluate_model(model, dev, config.eval_ks)
+                score = sum(metrics[f"recall@{k}"] for k in config.eval_ks) / len(config.eval_ks)
+                record.update({"dev_score": score, **{f"dev_{k}": v for k, v in metrics.items()}})
+                if score > result.best_score + 1e-9:
+                    result.best_score, result.best_epoch, result.best_metrics = score, epoch, metrics
+                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    stale = 0
+                    if on_best is not None and main_process:
+                        on_best(model, epoch, metrics)
+                else:
+                    stale += 1
+            result.history.append(record)
+            if state_path is not None and main_process:
+                if isinstance(model, DGN) and base_tau is not None:
+                    _set_tau(model, base_tau)
+                _save_training_state(
+                    state_path, model, optimizer, generator, config, result, best_state, stale, epoch,
+                    seconds_before + time.perf_counter() - start, extra_state,
+                )
+            barrier()  # rank 0 has written this epoch's state before anyone goes on
+            if progress and main_process:
+                msg = f"epoch {epoch}: train loss {record['train_loss']:.4f}"
+                if dev is not None:
+                    msg += f", dev mean recall {record['dev_score']:.4f}" + (" *" if stale == 0 else "")
+                tqdm.write(msg)
+        if best_state is not None:
+            model.load_state_dict(best_state)
+        else:
+            result.best_epoch = len(result.history)
+            if on_best is not None and main_process:
+                on_best(model, result.best_epoch, {})
+        barrier()
+        if isinstance(model, DGN) and base_tau is not None:
+            _set_tau(model, base_tau)
+        model.eval()
+        result.seconds = seconds_before + time.perf_counter() - start
+        return result
 
 
 def _local_batches(
