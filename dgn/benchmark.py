@@ -734,7 +734,7 @@ def _run_split(
             model.save_pretrained(out / "dgn-model", extra={"featurizer": featurizer.settings()})
     else:
         result["model_config"] = next(
-            (m.config.to_dict() for n, m in first_models.items() if isinstance(m, DGN)), None
+            (m.config.to_dict() for m in first_models.values() if isinstance(m, DGN)), None
         )
     for name, head in (("Fine-tuned encoder", "listwise"), ("DGN end to end", "dgn")):
         if name not in s.models:
