@@ -8,9 +8,14 @@ and one random gold sentence a problem (speed does not depend on the values).
 * Peak: the median FLOP rate of float32 ``torch.mm`` at 2048 x 2048 (and at the encoder's own
   shapes), timed first.
 * Useful FLOPs: the encoder's two linear layers and the modular term's linear layer,
-  forward (``2 m n k`` a matmul) and backward (twice that: input and weight gradients),
-  i.e. ``6 (F·H + H·E + E)`` per candidate per step. The greedy layers' elementwise work
+  forward (``2 m n k`` a matmul) and backward: every layer's weight gradient (``2 m n k``)
+  and the input gradients of the second layer and the modular term (``2 m n k``); the
+  first layer's input is the data, whose gradient autograd does not compute. That is
+  ``4 F·H + 6 (H·E + E)`` per candidate per step. The greedy layers' elementwise work
   is not counted as useful FLOPs.
+* The step is :func:`dgn.train.train_model`'s: zero the gradients, forward, loss,
+  backward, clip the gradient norm at 5, Adam (:func:`dgn.train.make_optimizer`: fused
+  when compiled, as ``dgn train --compile`` runs it).
 * Throughput: claims per second over ``--steps`` steps after warm-up, median of
   ``--repeats`` runs; the phase profile times encoder forward, greedy layers (the rest of
   the forward pass), loss, backward and the optimizer step separately, synchronously.
@@ -70,12 +75,13 @@ def main() -> None:
 def run(config: Any, B: int, N: int, args: argparse.Namespace, peak: float, layer_peak: float, compiled: bool) -> None:
     from dgn.losses import layerwise_cross_entropy
     from dgn.model import DGN
+    from dgn.train import TrainConfig, make_optimizer
 
     F, Hd, E = config.in_features, config.hidden_features, config.encoded_features
     torch.manual_seed(0)
     model = DGN(config).train()
     model.greedy.compile = compiled
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    optimizer = make_optimizer(model, TrainConfig(lr=1e-3, compile=compiled))
     x = torch.randn(B, N, F)
     mask = torch.ones(B, N, dtype=torch.bool)
     gold = torch.zeros(B, N)
@@ -86,6 +92,7 @@ def run(config: Any, B: int, N: int, args: argparse.Namespace, peak: float, laye
         out = model(x, mask)
         loss = layerwise_cross_entropy(out.logits, gold)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
         optimizer.step()
 
     for _ in range(5):  # warm-up (and, compiled, the compilation)
@@ -97,14 +104,14 @@ def run(config: Any, B: int, N: int, args: argparse.Namespace, peak: float, laye
             step()
         rates.append(args.steps * B / (time.perf_counter() - start))
     claims_per_s = statistics.median(rates)
-    useful = 6 * (F * Hd + Hd * E + E) * N  # FLOPs per claim per step
+    useful = (4 * F * Hd + 6 * (Hd * E + E)) * N  # FLOPs per claim per step
     rate = claims_per_s * useful
     print(f"training: {claims_per_s:,.0f} claims/s (median of {args.repeats} x {args.steps} steps of {B} claims, N = {N})")
     print(f"useful dense FLOPs: {rate / 1e9:.1f} GFLOP/s = {100 * rate / peak:.0f}% of the 2048^3 peak, "
           f"{100 * rate / layer_peak:.0f}% of the peak at the encoder's shapes")
 
     # where the time goes
-    phases = {"encoder forward": [], "greedy layers forward": [], "loss": [], "backward": [], "optimizer": []}
+    phases = {"encoder forward": [], "greedy layers forward": [], "loss": [], "backward": [], "clip + optimizer": []}
     for _ in range(args.steps):
         optimizer.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
@@ -118,6 +125,7 @@ def run(config: Any, B: int, N: int, args: argparse.Namespace, peak: float, laye
         t3 = time.perf_counter()
         loss.backward()
         t4 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
         optimizer.step()
         t5 = time.perf_counter()
         for name, (a, b) in zip(phases, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5)), strict=True):

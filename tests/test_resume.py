@@ -178,3 +178,33 @@ def test_compiled_training_matches_eager_training(ws: dict[str, Path]) -> None:
     assert load_training_state(compiled / STATE_NAME)["train_config"]["compile"] is True
     more = run_dgn(["train", "--resume", compiled, "--epochs", 4, "--quiet"], ws["cache"])
     assert more.returncode == 0, more.stderr
+
+
+def test_make_optimizer_fuses_adam_with_compile_and_updates_as_the_default_adam() -> None:
+    """``TrainConfig(compile=True)`` trains with the fused Adam; its updates equal PyTorch's
+    default Adam (weight decay included) over several steps, up to float32 rounding; a
+    state saved by one loads into the other (``compile`` may change on resume)."""
+    from dgn.model import DGN, DGNConfig
+    from dgn.train import TrainConfig, make_optimizer
+
+    torch.manual_seed(0)
+    base = DGN(DGNConfig(in_features=6, hidden_features=8, encoded_features=4, steps=2))
+    models = {c: DGN(base.config) for c in (False, True)}
+    optimizers = {}
+    for c, m in models.items():
+        m.load_state_dict(base.state_dict())
+        optimizers[c] = make_optimizer(m, TrainConfig(compile=c, lr=1e-2, weight_decay=1e-3))
+    assert optimizers[True].defaults["fused"] is True
+    assert not optimizers[False].defaults["fused"]
+    x = torch.randn(3, 5, 6)
+    for _ in range(4):
+        for c, m in models.items():
+            optimizers[c].zero_grad()
+            (m.train()(x).logits.clamp_min(-30.0) ** 2).mean().backward()
+            optimizers[c].step()
+    plain, fused = models[False].state_dict(), models[True].state_dict()
+    assert any(not torch.equal(plain[n], base.state_dict()[n]) for n in plain)  # it did train
+    for name in plain:
+        torch.testing.assert_close(fused[name], plain[name], rtol=1e-5, atol=1e-6)
+    optimizers[True].load_state_dict(optimizers[False].state_dict())
+    optimizers[True].step()
