@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--folds", type=int, default=None, help="cross-validate (WiCE) instead of the fixed splits")
     parser.add_argument("--top-l", type=int, default=None, help="cut problems to their L BM25-best candidates")
+    parser.add_argument("--lexical", action="store_true", help="both heads read the lexical match features too")
     parser.add_argument("--output", default="runs/e2e")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--summary", action="store_true", help="only print the table of the runs in --output")
@@ -42,6 +43,7 @@ def main() -> None:
 
     from dgn.benchmark import prepare_data, prepare_folds
     from dgn.data import read_problems
+    from dgn.features.lexical import LEXICAL_FEATURES
     from dgn.metrics import evaluate_rankings
     from dgn.sentence import (
         EndToEndSelector,
@@ -62,7 +64,7 @@ def main() -> None:
             splits = [prepare_data(args.dataset, args.data_dir, out / f"data-{args.dataset}-{seed}", 0)]
         for head in args.heads.split(","):
             tag = f"-{args.loss}-{args.init}" + (f"-tau{args.tau:g}" if args.tau else "") if head == "dgn" else ""
-            cut = f"-top{args.top_l}" if args.top_l else ""
+            cut = (f"-top{args.top_l}" if args.top_l else "") + ("-lex" if args.lexical else "")
             name = f"{args.dataset}{'-cv' + str(args.folds) if args.folds else ''}-{head}{tag}{cut}-seed{seed}"
             target = out / f"{name}.json"
             if target.exists():
@@ -74,8 +76,9 @@ def main() -> None:
                 encoder = load_sentence_model()
                 config = None
                 if head == "dgn" and args.tau:
-                    config = replace(_default_dgn_config(embedding_dim(encoder), args.init), tau=args.tau)
-                model = EndToEndSelector(encoder, head, config, init=args.init)
+                    extra = len(LEXICAL_FEATURES) if args.lexical else 0
+                    config = replace(_default_dgn_config(embedding_dim(encoder), args.init, extra), tau=args.tau)
+                model = EndToEndSelector(encoder, head, config, init=args.init, lexical=args.lexical)
                 ft = FinetuneConfig(seed=seed, loss=args.loss, epochs=args.epochs, top_l=args.top_l)
                 t0 = time.perf_counter()
                 fits.append(finetune(model, train, dev, ft, progress=False).to_dict())
@@ -89,7 +92,7 @@ def main() -> None:
                 "name": name, "head": head, "seed": seed, "finetune": asdict(ft), "results": fits,
                 "result": fits[0], "test": metrics, "train_seconds": train_seconds, "test_seconds": test_seconds,
                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                "folds": args.folds, "top_l": args.top_l,
+                "folds": args.folds, "top_l": args.top_l, "lexical": args.lexical,
             }
             target.write_text(json.dumps(record, indent=2))
             print(name, " ".join(f"R@{k} {metrics[f'recall@{k}']:.3f} P@{k} {metrics[f'precision@{k}']:.3f}"

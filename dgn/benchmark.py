@@ -750,7 +750,7 @@ def _run_split(
         rankings[name], seconds[name] = [], []
         for seed in s.seeds:
             torch.manual_seed(seed)
-            model = EndToEndSelector(load_sentence_model(s.encoder_model), head)
+            model = EndToEndSelector(load_sentence_model(s.encoder_model), head, lexical="lexical" in features)
             parameters[name] = model.num_parameters()
             if progress:
                 print(f"fine-tuning {name} ({model.num_parameters():,} parameters), seed {seed}", flush=True)

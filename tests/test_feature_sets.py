@@ -157,5 +157,25 @@ def test_finetune_encoder_command_then_predict_and_explain(files):
     assert proc.returncode == 0, proc.stderr
     assert "step 1: pick" in proc.stdout and "step 2: pick" in proc.stdout
     proc = run_dgn(["train", "--finetune-encoder", "--train", files["train"], "--output", out,
-                    "--features", "lexical"], files["cache"])
-    assert proc.returncode == 2 and "sentence features alone" in proc.stderr
+                    "--features", "sentence,wordvec"], files["cache"])
+    assert proc.returncode == 2 and "optionally with lexical" in proc.stderr
+
+
+@needs_encoders
+def test_finetune_encoder_with_lexical_features_then_predict_and_explain(files):
+    """``--finetune-encoder --features sentence,lexical``: the head reads the 8 lexical
+    columns too; the saved model says so and predict and explain rebuild them."""
+    out = files["root"] / "e2e-lex"
+    proc = run_dgn(["train", "--finetune-encoder", "--features", "sentence,lexical", "--train", files["train"],
+                    "--output", out, "--epochs", "1", "--quiet"], files["cache"], timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((out / "selector.json").read_text())
+    assert meta["lexical"] is True and meta["dgn_config"]["in_features"] == 2 * 384 + 1 + 8
+    assert json.loads((out / "train_history.json").read_text())["features"] == ["sentence", "lexical"]
+    preds = files["root"] / "e2e-lex-preds.jsonl"
+    proc = run_dgn(["predict", "--model", out, "--data", files["dev"], "--output", preds, "--k", "2"], files["cache"])
+    assert proc.returncode == 0, proc.stderr
+    assert [len(json.loads(line)["ranking"]) for line in preds.read_text().splitlines()] == [2, 2, 2]
+    proc = run_dgn(["explain", "--model", out, "--data", files["dev"], "--id", "p0-dev", "--steps", "2"], files["cache"])
+    assert proc.returncode == 0, proc.stderr
+    assert "step 2: pick" in proc.stdout

@@ -118,3 +118,37 @@ def test_finetune_moves_the_encoder_and_lowers_the_loss_then_round_trips(encoder
     model.save_pretrained(tmp_path / "m")
     again = EndToEndSelector.from_pretrained(tmp_path / "m")
     assert rank_problems(again, PROBLEMS, 3, progress=False) == rank_problems(model, PROBLEMS, 3, progress=False)
+
+
+def test_lexical_heads_start_as_the_plain_heads_then_learn_and_round_trip(encoder, tmp_path):
+    """With ``lexical=True`` the heads read the 8 lexical columns, computed as
+    :func:`lexical_features` computes them; untrained (zero weight on them) they pick as
+    the plain heads do; fine-tuning moves those weights; a saved model ranks the same."""
+    from dgn.features.lexical import lexical_features
+
+    for head in ("dgn", "listwise"):
+        torch.manual_seed(0)
+        plain = EndToEndSelector(encoder, head)
+        torch.manual_seed(0)
+        lex = EndToEndSelector(encoder, head, lexical=True)
+        assert rank_problems(lex, PROBLEMS, 3, progress=False) == rank_problems(plain, PROBLEMS, 3, progress=False)
+    p = PROBLEMS[0]
+    queries, cands = [p.query, p.query], [p.candidates, p.candidates[:2]]
+    with torch.no_grad():
+        q, S, mask = lex.embed_problems(queries, cands)
+        X = lex.head_features(q, S, mask, lex.lexical_for(queries, cands, 3))
+    assert X.shape == (2, 3, 2 * 384 + 1 + 8)
+    np.testing.assert_allclose(X[0, :, -8:].numpy(), lexical_features(p.query, p.candidates), atol=1e-6)
+    np.testing.assert_allclose(X[1, :2, -8:].numpy(), lexical_features(p.query, p.candidates[:2]), atol=1e-6)
+    assert float(X[1, 2].abs().sum()) == 0.0  # the padding row
+    with pytest.raises(ValueError, match="reads lexical features"):
+        lex.score(q, S, mask)
+    torch.manual_seed(0)
+    model = EndToEndSelector(load_sentence_model(), "listwise", lexical=True)
+    cfg = FinetuneConfig(epochs=2, encoder_lr=1e-5, head_lr=1e-2, warmup=0.0, claims_per_step=2)
+    finetune(model, PROBLEMS, None, cfg, progress=False)
+    assert float(model.lexical_head.weight.abs().sum()) > 0
+    model.save_pretrained(tmp_path / "lex")
+    again = EndToEndSelector.from_pretrained(tmp_path / "lex")
+    assert again.lexical and torch.equal(again.lexical_head.weight, model.lexical_head.weight)
+    assert rank_problems(again, PROBLEMS, 3, progress=False) == rank_problems(model, PROBLEMS, 3, progress=False)

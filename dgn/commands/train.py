@@ -93,6 +93,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         "--finetune-encoder", action="store_true",
         help="train end to end: the sentence encoder itself is fine-tuned under the DGN's layer-wise loss, "
         "gradients through the greedy layers into the transformer (implies --features sentence; "
+        "--features sentence,lexical adds the lexical match features to the head; "
         "defaults: dgn.sentence.FinetuneConfig, one epoch)",
     )
     p.add_argument("--encoder-lr", type=types["positive_float"], default=None,
@@ -411,8 +412,12 @@ def _finetune(
         raise DgnUserError("--train and --output: required")
     from dgn.features.family import parse_feature_names
 
-    if args.features is not None and parse_feature_names(args.features) != ("sentence",):
-        raise DgnUserError(f"--features {args.features}: --finetune-encoder trains on the sentence features alone")
+    names = {"sentence", *parse_feature_names(args.features)} if args.features is not None else {"sentence"}
+    if not names <= {"sentence", "lexical"}:
+        raise DgnUserError(
+            f"--features {args.features}: --finetune-encoder trains on the sentence features, optionally with lexical "
+            "(--features sentence,lexical)"
+        )
     unused = [MODEL_OPTIONS[k] for k in model_over] + [TRAIN_OPTIONS[k] for k in train_over if k not in _FINETUNE_FIELDS]
     unused += [FASTTEXT_OPTIONS[k] for k in ft_over] + (["--vectors"] if args.vectors is not None else [])
     if unused:
@@ -440,7 +445,8 @@ def _finetune(
         train = str(out / "train-combined.jsonl")
         concat_problem_files(train_files, train)
     result = train_end_to_end(
-        train, args.dev, out, config=config, encoder_model=args.encoder_model, progress=not args.quiet
+        train, args.dev, out, config=config, encoder_model=args.encoder_model, lexical="lexical" in names,
+        progress=not args.quiet,
     )
     from dgn.commands._common import format_metrics
 

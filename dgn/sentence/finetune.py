@@ -13,6 +13,13 @@ one of two heads on top:
   softmax cross entropy against ``gold / |gold|`` - the fine-tuned encoder a user would
   otherwise train (the baseline on the same footing: same encoder, data and budget).
 
+With ``lexical=True`` both heads also read the per-candidate lexical match features of
+:func:`dgn.features.lexical.lexical_features` (TF-IDF cosine, BM25, claim-term coverage,
+number and name overlap, position, length; computed on the candidates the head sees,
+no gradient): the DGN head as extra input columns, the listwise head through a linear
+term added to its logits. Both start with zero weight on them, so the untrained heads
+are the same as without.
+
 :func:`finetune` trains either with AdamW (one learning rate for the encoder, one for the
 head), keeping the epoch with the best mean dev recall.
 """
@@ -33,6 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from dgn.errors import DgnUserError
+from dgn.features.lexical import LEXICAL_FEATURES, lexical_features
 from dgn.model import DGN, DGNConfig
 from dgn.sentence.encoder import (
     embed,
@@ -124,14 +132,16 @@ class FinetuneResult(TrainResult):
     seconds_per_epoch: float = 0.0
 
 
-def _default_dgn_config(dim: int, init: str = "cosine") -> DGNConfig:
+def _default_dgn_config(dim: int, init: str = "cosine", extra: int = 0) -> DGNConfig:
+    """The DGN head's default config over ``2 dim + 1`` pair features and ``extra`` more columns."""
     if init == "coverage":
         return DGNConfig(
-            in_features=2 * dim + 1, hidden_features=dim, encoded_features=dim, steps=7, tau=8.0,
+            in_features=2 * dim + 1 + extra, hidden_features=dim, encoded_features=dim, steps=7, tau=8.0,
             init_weight=1.0, modular_skip=True,
         )
     return DGNConfig(
-        in_features=2 * dim + 1, hidden_features=256, encoded_features=64, steps=7, tau=4.0, modular_skip=True
+        in_features=2 * dim + 1 + extra, hidden_features=256, encoded_features=64, steps=7, tau=4.0,
+        modular_skip=True,
     )
 
 
@@ -141,8 +151,8 @@ class EndToEndSelector(nn.Module):
     Args:
         encoder: A ``SentenceTransformer`` (see :func:`~dgn.sentence.load_sentence_model`).
         head: ``"dgn"`` or ``"listwise"``.
-        dgn_config: The DGN head's config (``in_features`` must be ``2 D + 1``); default:
-            E = 64, hidden 256, K = 7, tau = 4, ``modular_skip=True``.
+        dgn_config: The DGN head's config (``in_features`` must be ``2 D + 1``, plus 8
+            with ``lexical``); default: E = 64, hidden 256, K = 7, tau = 4, ``modular_skip=True``.
         scale: Cosine scale of the listwise logits and of the DGN's starting modular term.
         init: How the DGN head starts (default ``"cosine"``, chosen on FM2's dev split
             drawn by Wikipedia page: mean dev recall 0.786 against 0.763 for
@@ -153,6 +163,8 @@ class EndToEndSelector(nn.Module):
             starts as a copy of the claim-sentence product, E = D), every ``alpha = 1``, the
             modular term ``softplus(10 cos)`` and ``tau = 8``: the untrained SCMM greedy over
             the encoder's own product features, a little relevance beside it.
+        lexical: Give the head the lexical match features too (see the module docstring);
+            :meth:`score` and :meth:`loss` then take them as ``lexical`` (:meth:`lexical_for`).
     """
 
     def __init__(
@@ -162,6 +174,7 @@ class EndToEndSelector(nn.Module):
         dgn_config: DGNConfig | None = None,
         scale: float = 20.0,
         init: str = "cosine",
+        lexical: bool = False,
     ):
         super().__init__()
         if head not in HEADS:
@@ -173,11 +186,20 @@ class EndToEndSelector(nn.Module):
         self.head = head
         self.scale = float(scale)
         self.dim = embedding_dim(encoder)
+        self.lexical = bool(lexical)
+        n_lex = len(LEXICAL_FEATURES) if self.lexical else 0
+        self.in_features = 2 * self.dim + 1 + n_lex  # [q * s, |q - s|, cos, lexical...]
+        self._cos = 2 * self.dim  # the cosine's column
         self.dgn: DGN | None = None
+        self.lexical_head: nn.Linear | None = None
+        if head == "listwise" and self.lexical:
+            self.lexical_head = nn.Linear(n_lex, 1)
+            nn.init.zeros_(self.lexical_head.weight)
+            nn.init.zeros_(self.lexical_head.bias)
         if head == "dgn":
-            config = dgn_config or _default_dgn_config(self.dim, init)
-            if config.in_features != 2 * self.dim + 1:
-                raise ValueError(f"dgn_config.in_features must be {2 * self.dim + 1}, got {config.in_features}")
+            config = dgn_config or _default_dgn_config(self.dim, init, n_lex)
+            if config.in_features != self.in_features:
+                raise ValueError(f"dgn_config.in_features must be {self.in_features}, got {config.in_features}")
             if not (config.modular and config.modular_skip):
                 raise ValueError("the DGN head needs modular=True and modular_skip=True (it starts from the cosine)")
             self.dgn = DGN(config)
@@ -187,7 +209,7 @@ class EndToEndSelector(nn.Module):
                 self.dgn.modular.bias.zero_()
                 self.dgn.modular_skip.weight.zero_()
                 if init == "cosine":
-                    self.dgn.modular_skip.weight[0, -1] = self.scale * config.tau  # beta = softplus(scale tau cos)
+                    self.dgn.modular_skip.weight[0, self._cos] = self.scale * config.tau  # softplus(scale tau cos)
                 else:
                     self._init_coverage(config)
 
@@ -204,7 +226,7 @@ class EndToEndSelector(nn.Module):
         first.bias.zero_()
         second.weight.copy_(eye)
         second.bias.zero_()
-        self.dgn.modular_skip.weight[0, -1] = 10.0
+        self.dgn.modular_skip.weight[0, self._cos] = 10.0
 
     # ------------------------------------------------------------------ forward
     def embed_problems(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> tuple[Tensor, Tensor, Tensor]:
@@ -226,28 +248,65 @@ class EndToEndSelector(nn.Module):
             start += 1 + n
         return torch.stack(q_rows), torch.stack(s_rows), mask
 
-    def score(self, query: Tensor, sentences: Tensor, mask: Tensor, steps: int | None = None) -> Any:
-        """The head on embeddings: listwise ``(B, N)`` logits, or a :class:`~dgn.model.DGNOutput`."""
+    def lexical_for(self, queries: Sequence[str], candidates: Sequence[Sequence[str]], width: int) -> Tensor | None:
+        """``(B, width, 8)`` lexical features of each problem's candidates (zero-padded), or
+        None for a model without ``lexical``."""
+        if not self.lexical:
+            return None
+        out = torch.zeros(len(queries), width, len(LEXICAL_FEATURES))
+        for b, (q, cands) in enumerate(zip(queries, candidates, strict=True)):
+            if cands:
+                out[b, : len(cands)] = torch.from_numpy(lexical_features(q, list(cands)))
+        return out
+
+    def head_features(self, query: Tensor, sentences: Tensor, mask: Tensor, lexical: Tensor | None = None) -> Tensor:
+        """``(B, N, in_features)``: the pair features and, with ``lexical``, those columns; padding rows 0."""
+        X = pair_features(query, sentences)
+        if self.lexical:
+            if lexical is None or tuple(lexical.shape) != (*X.shape[:2], len(LEXICAL_FEATURES)):
+                got = None if lexical is None else tuple(lexical.shape)
+                raise ValueError(f"this model reads lexical features: pass lexical of shape "
+                                 f"{(*X.shape[:2], len(LEXICAL_FEATURES))} (lexical_for), got {got}")
+            X = torch.cat([X, lexical.to(X.dtype)], dim=-1)
+        return X * mask.unsqueeze(-1).to(X.dtype)
+
+    def score(
+        self, query: Tensor, sentences: Tensor, mask: Tensor, steps: int | None = None, lexical: Tensor | None = None
+    ) -> Any:
+        """The head on embeddings: listwise ``(B, N)`` logits, or a :class:`~dgn.model.DGNOutput`.
+
+        ``lexical``: ``(B, N, 8)`` from :meth:`lexical_for`, required by a ``lexical`` model.
+        """
         if self.dgn is None:
             q = nn.functional.normalize(query, dim=-1).unsqueeze(1)
             s = nn.functional.normalize(sentences, dim=-1)
             logits = self.scale * (q * s).sum(-1)  # (B, N)
+            if self.lexical_head is not None:
+                X = self.head_features(query, sentences, mask, lexical)
+                logits = logits + self.lexical_head(X[..., self._cos + 1 :]).squeeze(-1)
             return logits.masked_fill(~mask, float("-inf"))
-        X = pair_features(query, sentences) * mask.unsqueeze(-1).to(query.dtype)
-        return self.dgn(X, mask, steps=steps)
+        return self.dgn(self.head_features(query, sentences, mask, lexical), mask, steps=steps)
 
-    def loss(self, query: Tensor, sentences: Tensor, mask: Tensor, gold: Tensor, loss: str = "layerwise") -> Tensor:
-        """The training loss of one batch (``gold``: ``(B, N)`` bool)."""
+    def loss(
+        self,
+        query: Tensor,
+        sentences: Tensor,
+        mask: Tensor,
+        gold: Tensor,
+        loss: str = "layerwise",
+        lexical: Tensor | None = None,
+    ) -> Tensor:
+        """The training loss of one batch (``gold``: ``(B, N)`` bool; ``lexical`` as in :meth:`score`)."""
         from dgn.losses import layerwise_cross_entropy, soft_label_cross_entropy
 
         if self.dgn is None:
-            logits = self.score(query, sentences, mask)
+            logits = self.score(query, sentences, mask, lexical=lexical)
             target = gold.to(logits.dtype)
             target = target / target.sum(-1, keepdim=True).clamp_min(1.0)
             logp = torch.log_softmax(logits, dim=-1)
             return -(torch.where(target > 0, target * logp, torch.zeros_like(logp))).sum(-1).mean()
         steps = min(self.dgn.config.steps, int(mask.sum(1).max()))
-        out = self.score(query, sentences, mask, steps=steps)
+        out = self.score(query, sentences, mask, steps=steps, lexical=lexical)
         if loss == "soft_label":
             return soft_label_cross_entropy(out.logits, gold.to(out.logits.dtype))
         return layerwise_cross_entropy(out.logits, gold)
@@ -267,10 +326,12 @@ class EndToEndSelector(nn.Module):
             "head": self.head,
             "init": self.init,
             "scale": self.scale,
+            "lexical": self.lexical,
             "dgn_config": None if self.dgn is None else self.dgn.config.to_dict(),
             "extra": extra or {},
         }
-        tensors = {} if self.dgn is None else {k: v.detach().contiguous() for k, v in self.dgn.state_dict().items()}
+        head = self.dgn if self.dgn is not None else self.lexical_head
+        tensors = {} if head is None else {k: v.detach().contiguous() for k, v in head.state_dict().items()}
         with atomic_write(path / _HEAD_CONFIG) as fh:
             fh.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         with atomic_write(path / _HEAD_WEIGHTS, "wb") as fh:
@@ -290,9 +351,11 @@ class EndToEndSelector(nn.Module):
             raise DgnUserError(f"{path / _HEAD_CONFIG}: field 'format': not an end-to-end dgn model")
         encoder = load_sentence_model(path / _ENCODER_DIR)
         config = None if meta["dgn_config"] is None else DGNConfig.from_dict(meta["dgn_config"])
-        model = cls(encoder, meta["head"], config, meta["scale"], meta.get("init", "coverage"))
-        if model.dgn is not None:
-            model.dgn.load_state_dict(load_file(str(path / _HEAD_WEIGHTS)))
+        model = cls(encoder, meta["head"], config, meta["scale"], meta.get("init", "coverage"),
+                    lexical=bool(meta.get("lexical", False)))
+        head = model.dgn if model.dgn is not None else model.lexical_head
+        if head is not None:
+            head.load_state_dict(load_file(str(path / _HEAD_WEIGHTS)))
         model.extra = meta.get("extra") or {}
         return model.eval()
 
@@ -339,12 +402,13 @@ def rank_problems(
                     n = len(part[i].candidates)
                     S[b, :n] = emb[offsets[i] + 1 : offsets[i] + 1 + n]
                     mask[b, :n] = True
+                lex = model.lexical_for([part[i].query for i in chunk], [part[i].candidates for i in chunk], N)
                 if model.dgn is None:
-                    scores = model.score(q, S, mask)
+                    scores = model.score(q, S, mask, lexical=lex)
                     order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
                     picks = torch.where(mask.gather(1, order), order, torch.full_like(order, -1))
                 else:
-                    picks = model.score(q, S, mask, steps=k).indices
+                    picks = model.score(q, S, mask, steps=k, lexical=lex).indices
                 rankings.extend([i for i in row if i >= 0] for row in picks.tolist())
     finally:
         model.train(was_training)
@@ -449,7 +513,8 @@ def finetune(
             gold = torch.zeros_like(mask)
             for b, p in enumerate(batch):
                 gold[b, : len(cands[b])] = torch.tensor(_gold_mask(p, len(cands[b])))
-            loss = model.loss(q, S, mask, gold, cfg.loss)
+            lex = model.lexical_for([p.query for p in batch], cands, mask.shape[1])
+            loss = model.loss(q, S, mask, gold, cfg.loss, lexical=lex)
             optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -497,6 +562,7 @@ def train_end_to_end(
     head: str = "dgn",
     config: FinetuneConfig | None = None,
     encoder_model: str | os.PathLike[str] | None = None,
+    lexical: bool = False,
     progress: bool = True,
 ) -> FinetuneResult:
     """Fine-tune a sentence encoder under ``head`` on a selection file; save the best epoch.
@@ -504,6 +570,7 @@ def train_end_to_end(
     What ``dgn train --finetune-encoder`` runs. ``output`` receives the model
     (:meth:`EndToEndSelector.save_pretrained`: the encoder in the sentence-transformers
     layout with safetensors weights, the head, ``selector.json``) and ``train_history.json``.
+    ``lexical``: the head reads the lexical match features too (``--features sentence,lexical``).
     """
     import resource
 
@@ -518,7 +585,7 @@ def train_end_to_end(
     if dev_problems is not None and not any(any(p.gold) for p in dev_problems):
         raise DgnUserError(f"--dev {dev}: no problem has gold evidence; cannot select epochs")
     torch.manual_seed(cfg.seed)
-    model = EndToEndSelector(load_sentence_model(encoder_model), head)
+    model = EndToEndSelector(load_sentence_model(encoder_model), head, lexical=lexical)
     if progress:
         print(f"fine-tuning the sentence encoder under the {head} head ({model.num_parameters():,} parameters) "
               f"on {len(train_problems)} problems", flush=True)
@@ -526,6 +593,7 @@ def train_end_to_end(
         "train": str(Path(train).resolve()),
         "dev": None if dev is None else str(Path(dev).resolve()),
         "encoder_model": None if encoder_model is None else str(encoder_model),
+        "features": ["sentence", "lexical"] if lexical else ["sentence"],
         "finetune_config": asdict(cfg),
     }
 
@@ -563,10 +631,11 @@ class EndToEndFeatures:
         was_training = self.model.training
         self.model.eval()
         try:
-            q, S, _ = self.model.embed_problems([query], [list(candidates)])
+            q, S, mask = self.model.embed_problems([query], [list(candidates)])
+            lex = self.model.lexical_for([query], [list(candidates)], mask.shape[1])
+            return self.model.head_features(q, S, mask, lex)[0].numpy()
         finally:
             self.model.train(was_training)
-        return pair_features(q, S)[0].numpy()
 
     def transform(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(x, dtype=np.float32)
