@@ -46,7 +46,8 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p.add_argument(
         "--finetune-encoder", action="store_true",
         help="add the end-to-end rows: the sentence encoder fine-tuned under the DGN and under a listwise "
-        "loss (about 7 minutes per seed and row on FM2 with 2 CPU cores)",
+        "loss, both heads with the lexical block too when --features includes it (about 7 minutes per "
+        "seed and row on FM2 with 2 CPU cores)",
     )
     p.add_argument(
         "--ablation", action="store_true",
