@@ -263,12 +263,15 @@ class EndToEndSelector(nn.Module):
         """``(B, N, in_features)``: the pair features and, with ``lexical``, those columns; padding rows 0."""
         X = pair_features(query, sentences)
         if self.lexical:
-            if lexical is None or tuple(lexical.shape) != (*X.shape[:2], len(LEXICAL_FEATURES)):
-                got = None if lexical is None else tuple(lexical.shape)
-                raise ValueError(f"this model reads lexical features: pass lexical of shape "
-                                 f"{(*X.shape[:2], len(LEXICAL_FEATURES))} (lexical_for), got {got}")
-            X = torch.cat([X, lexical.to(X.dtype)], dim=-1)
+            X = torch.cat([X, self._checked_lexical(lexical, mask).to(X.dtype)], dim=-1)
         return X * mask.unsqueeze(-1).to(X.dtype)
+
+    def _checked_lexical(self, lexical: Tensor | None, mask: Tensor) -> Tensor:
+        want = (*mask.shape, len(LEXICAL_FEATURES))
+        if lexical is None or tuple(lexical.shape) != want:
+            got = None if lexical is None else tuple(lexical.shape)
+            raise ValueError(f"this model reads lexical features: pass lexical of shape {want} (lexical_for), got {got}")
+        return lexical
 
     def score(
         self, query: Tensor, sentences: Tensor, mask: Tensor, steps: int | None = None, lexical: Tensor | None = None
@@ -282,8 +285,8 @@ class EndToEndSelector(nn.Module):
             s = nn.functional.normalize(sentences, dim=-1)
             logits = self.scale * (q * s).sum(-1)  # (B, N)
             if self.lexical_head is not None:
-                X = self.head_features(query, sentences, mask, lexical)
-                logits = logits + self.lexical_head(X[..., self._cos + 1 :]).squeeze(-1)
+                lex = self._checked_lexical(lexical, mask).to(logits.dtype)
+                logits = logits + self.lexical_head(lex).squeeze(-1)
             return logits.masked_fill(~mask, float("-inf"))
         return self.dgn(self.head_features(query, sentences, mask, lexical), mask, steps=steps)
 
