@@ -35,9 +35,13 @@ def main() -> None:
     parser.add_argument("--output", default="runs/e2e")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--summary", action="store_true", help="only print the table of the runs in --output")
+    parser.add_argument("--plot", default=None, metavar="PNG",
+                        help="with --summary: also draw each run's recall@k and precision@k minus the listwise head's")
     args = parser.parse_args()
     if args.summary:
         print(summary(Path(args.output)))
+        if args.plot:
+            plot(Path(args.output), Path(args.plot))
         return
     torch.set_num_threads(args.threads)
 
@@ -98,15 +102,65 @@ def main() -> None:
             print(name, " ".join(f"R@{k} {metrics[f'recall@{k}']:.3f} P@{k} {metrics[f'precision@{k}']:.3f}"
                                  for k in (1, 3, 5, 7)), f"{train_seconds:.0f}s", flush=True)
 
-def summary(out: Path) -> str:
-    """Mean ± sd over seeds of every configuration whose runs are in ``out`` (one table per dataset)."""
-    import statistics
+def _groups(out: Path) -> dict[str, list[dict]]:
+    """The run records in ``out``, grouped by configuration (the name without its seed)."""
     from collections import defaultdict
 
     groups: dict[str, list[dict]] = defaultdict(list)
     for path in sorted(out.glob("*.json")):
         record = json.loads(path.read_text())
         groups[record["name"].rsplit("-seed", 1)[0]].append(record)
+    return groups
+
+
+def plot(out: Path, png: Path) -> None:
+    """Each configuration's recall@k and precision@k minus the listwise head's (mean over
+    seeds; bars: the configuration's sd over seeds, the grey band the listwise head's)."""
+    import statistics
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ks = (1, 3, 5, 7)
+    groups = _groups(out)
+    reference = next((n for n in groups if "-listwise" in n), None)
+    if reference is None:
+        raise SystemExit(f"--plot: no listwise run in {out} to compare with")
+
+    def stats(runs: list[dict], metric: str) -> tuple[list[float], list[float]]:
+        vals = [[r["test"][f"{metric}@{k}"] for r in runs] for k in ks]
+        return [statistics.fmean(v) for v in vals], [statistics.stdev(v) if len(v) > 1 else 0.0 for v in vals]
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, metric in zip(axes, ("recall", "precision"), strict=True):
+        base, base_sd = stats(groups[reference], metric)
+        ax.fill_between(ks, [-s for s in base_sd], base_sd, color="grey", alpha=0.25, label=f"{reference} ± sd")
+        ax.axhline(0.0, color="grey", lw=1)
+        for name, runs in groups.items():
+            if name == reference:
+                continue
+            mean, sd = stats(runs, metric)
+            ax.errorbar(ks, [m - b for m, b in zip(mean, base, strict=True)], yerr=sd, marker="o", capsize=3,
+                        label=f"{name} ({len(runs)} seeds)")
+        ax.set_xlabel("k")
+        ax.set_ylabel(f"{metric}@k minus the listwise head's")
+        ax.set_xticks(ks)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"{out}: end-to-end heads against the fine-tuned encoder (listwise), mean over seeds")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    print(f"plot written to {png}")
+
+
+def summary(out: Path) -> str:
+    """Mean ± sd over seeds of every configuration whose runs are in ``out`` (one table per dataset)."""
+    import statistics
+
+    groups = _groups(out)
     metrics = [f"{m}@{k}" for k in (1, 3, 5, 7) for m in ("recall", "precision")]
     short = {"recall": "R", "precision": "P"}
     lines = ["| run | seeds | train s (mean) | " + " | ".join(short[m.split("@")[0]] + "@" + m.split("@")[1] for m in metrics) + " |",
