@@ -255,7 +255,6 @@ def evaluate_model(model: Model, data: SelectionDataset, ks: tuple[int, ...] = (
     return evaluate_rankings(rankings, [info.gold for info in data.infos], ks=ks)
 
 
-
 def make_optimizer(model: Model, config: TrainConfig) -> torch.optim.Adam:
     """The Adam of :func:`train_model`: ``config.lr`` and ``config.weight_decay``, fused
     (one kernel for every parameter's update) when ``config.compile`` is set and the

@@ -315,6 +315,11 @@ class EndToEndSelector(nn.Module):
         return layerwise_cross_entropy(out.logits, gold)
 
     # ------------------------------------------------------------------ persistence
+    def _saved_head(self) -> nn.Module | None:
+        """The module whose weights ``head.safetensors`` holds: the DGN, the listwise head's
+        lexical term, or nothing (the plain listwise head has no weights of its own)."""
+        return self.dgn if self.dgn is not None else self.lexical_head
+
     def save_pretrained(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> Path:
         """Write the encoder (sentence-transformers layout, safetensors) and the head."""
         from safetensors.torch import save
@@ -333,7 +338,7 @@ class EndToEndSelector(nn.Module):
             "dgn_config": None if self.dgn is None else self.dgn.config.to_dict(),
             "extra": extra or {},
         }
-        head = self.dgn if self.dgn is not None else self.lexical_head
+        head = self._saved_head()
         tensors = {} if head is None else {k: v.detach().contiguous() for k, v in head.state_dict().items()}
         with atomic_write(path / _HEAD_CONFIG) as fh:
             fh.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -356,7 +361,7 @@ class EndToEndSelector(nn.Module):
         config = None if meta["dgn_config"] is None else DGNConfig.from_dict(meta["dgn_config"])
         model = cls(encoder, meta["head"], config, meta["scale"], meta.get("init", "coverage"),
                     lexical=bool(meta.get("lexical", False)))
-        head = model.dgn if model.dgn is not None else model.lexical_head
+        head = model._saved_head()
         if head is not None:
             head.load_state_dict(load_file(str(path / _HEAD_WEIGHTS)))
         model.extra = meta.get("extra") or {}
