@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+KS = (1, 3, 5, 7)  # the cutoffs scored and reported
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -91,7 +93,7 @@ def main() -> None:
                 golds += [p.gold for p in test]
                 train_seconds += t1 - t0
                 test_seconds += time.perf_counter() - t1
-            metrics = evaluate_rankings(rankings, golds, ks=(1, 3, 5, 7), names=("recall", "precision", "f1", "strict"))
+            metrics = evaluate_rankings(rankings, golds, ks=KS, names=("recall", "precision", "f1", "strict"))
             record = {
                 "name": name, "head": head, "seed": seed, "finetune": asdict(ft), "results": fits,
                 "result": fits[0], "test": metrics, "train_seconds": train_seconds, "test_seconds": test_seconds,
@@ -100,7 +102,15 @@ def main() -> None:
             }
             target.write_text(json.dumps(record, indent=2))
             print(name, " ".join(f"R@{k} {metrics[f'recall@{k}']:.3f} P@{k} {metrics[f'precision@{k}']:.3f}"
-                                 for k in (1, 3, 5, 7)), f"{train_seconds:.0f}s", flush=True)
+                                 for k in KS), f"{train_seconds:.0f}s", flush=True)
+
+def _mean_sd(runs: list[dict], metric: str) -> tuple[float, float | None]:
+    """The mean of a test metric over the runs (seeds) and its sd (None for a single run)."""
+    import statistics
+
+    vals = [r["test"][metric] for r in runs]
+    return statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else None
+
 
 def _groups(out: Path) -> dict[str, list[dict]]:
     """The run records in ``out``, grouped by configuration (the name without its seed)."""
@@ -116,37 +126,34 @@ def _groups(out: Path) -> dict[str, list[dict]]:
 def plot(out: Path, png: Path) -> None:
     """Each configuration's recall@k and precision@k minus the listwise head's (mean over
     seeds; bars: the configuration's sd over seeds, the grey band the listwise head's)."""
-    import statistics
-
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ks = (1, 3, 5, 7)
     groups = _groups(out)
     reference = next((n for n in groups if "-listwise" in n), None)
     if reference is None:
         raise SystemExit(f"--plot: no listwise run in {out} to compare with")
 
     def stats(runs: list[dict], metric: str) -> tuple[list[float], list[float]]:
-        vals = [[r["test"][f"{metric}@{k}"] for r in runs] for k in ks]
-        return [statistics.fmean(v) for v in vals], [statistics.stdev(v) if len(v) > 1 else 0.0 for v in vals]
+        pairs = [_mean_sd(runs, f"{metric}@{k}") for k in KS]
+        return [m for m, _ in pairs], [sd or 0.0 for _, sd in pairs]
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for ax, metric in zip(axes, ("recall", "precision"), strict=True):
         base, base_sd = stats(groups[reference], metric)
-        ax.fill_between(ks, [-s for s in base_sd], base_sd, color="grey", alpha=0.25, label=f"{reference} ± sd")
+        ax.fill_between(KS, [-s for s in base_sd], base_sd, color="grey", alpha=0.25, label=f"{reference} ± sd")
         ax.axhline(0.0, color="grey", lw=1)
         for name, runs in groups.items():
             if name == reference:
                 continue
             mean, sd = stats(runs, metric)
-            ax.errorbar(ks, [m - b for m, b in zip(mean, base, strict=True)], yerr=sd, marker="o", capsize=3,
+            ax.errorbar(KS, [m - b for m, b in zip(mean, base, strict=True)], yerr=sd, marker="o", capsize=3,
                         label=f"{name} ({len(runs)} seeds)")
         ax.set_xlabel("k")
         ax.set_ylabel(f"{metric}@k minus the listwise head's")
-        ax.set_xticks(ks)
+        ax.set_xticks(KS)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7, loc="lower right")
     fig.suptitle(f"{out}: end-to-end heads against the fine-tuned encoder (listwise), mean over seeds")
@@ -161,16 +168,15 @@ def summary(out: Path) -> str:
     import statistics
 
     groups = _groups(out)
-    metrics = [f"{m}@{k}" for k in (1, 3, 5, 7) for m in ("recall", "precision")]
+    metrics = [f"{m}@{k}" for k in KS for m in ("recall", "precision")]
     short = {"recall": "R", "precision": "P"}
     lines = ["| run | seeds | train s (mean) | " + " | ".join(short[m.split("@")[0]] + "@" + m.split("@")[1] for m in metrics) + " |",
              "|---|---|---:|" + "---:|" * len(metrics)]
     for name, runs in groups.items():
         cells = []
         for m in metrics:
-            vals = [r["test"][m] for r in runs]
-            sd = f" ± {statistics.stdev(vals):.3f}" if len(vals) > 1 else ""
-            cells.append(f"{statistics.fmean(vals):.3f}{sd}")
+            mean, sd = _mean_sd(runs, m)
+            cells.append(f"{mean:.3f}" + (f" ± {sd:.3f}" if sd is not None else ""))
         seeds = ",".join(str(r["seed"]) for r in runs)
         secs = statistics.fmean(r["train_seconds"] for r in runs)
         lines.append(f"| {name} | {seeds} | {secs:.0f} | " + " | ".join(cells) + " |")
