@@ -22,6 +22,8 @@ KS = (1, 3, 5, 7)  # the cutoffs scored and reported
 
 
 def main() -> None:
+    from dgn.sentence import FinetuneConfig
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="fm2")
     parser.add_argument("--data-dir", default="../shared/data")
@@ -32,7 +34,8 @@ def main() -> None:
     parser.add_argument("--init", default="cosine", help="how the DGN head starts: cosine (default) or coverage")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--folds", type=int, default=None, help="cross-validate (WiCE) instead of the fixed splits")
-    parser.add_argument("--top-l", type=int, default=None, help="cut problems to their L BM25-best candidates")
+    parser.add_argument("--top-l", type=int, default=FinetuneConfig().top_l,
+                        help="cut problems to their L BM25-best candidates (default: FinetuneConfig's, 24; 0: none)")
     parser.add_argument("--lexical", action="store_true", help="both heads read the lexical match features too")
     parser.add_argument("--output", default="runs/e2e")
     parser.add_argument("--threads", type=int, default=2)
@@ -40,6 +43,7 @@ def main() -> None:
     parser.add_argument("--plot", default=None, metavar="PNG",
                         help="with --summary: also draw each run's recall@k and precision@k minus the listwise head's")
     args = parser.parse_args()
+    args.top_l = args.top_l or None
     if args.summary:
         print(summary(Path(args.output)))
         if args.plot:
@@ -53,7 +57,6 @@ def main() -> None:
     from dgn.metrics import evaluate_rankings
     from dgn.sentence import (
         EndToEndSelector,
-        FinetuneConfig,
         finetune,
         load_sentence_model,
         rank_problems,

@@ -736,6 +736,9 @@ def _run_split(
         result["model_config"] = next(
             (m.config.to_dict() for m in first_models.values() if isinstance(m, DGN)), None
         )
+    # The end-to-end rows read the lexical block only when --features names it: their default,
+    # as dgn train's, is the fine-tuned encoder alone (FM2's dev split did not choose the block).
+    lexical = bool(s.features) and "lexical" in features
     for name, head in (("Fine-tuned encoder", "listwise"), ("DGN end to end", "dgn")):
         if name not in s.models:
             continue
@@ -750,12 +753,13 @@ def _run_split(
         rankings[name], seconds[name] = [], []
         for seed in s.seeds:
             torch.manual_seed(seed)
-            model = EndToEndSelector(load_sentence_model(s.encoder_model), head, lexical="lexical" in features)
+            model = EndToEndSelector(load_sentence_model(s.encoder_model), head, lexical=lexical)
             parameters[name] = model.num_parameters()
             if progress:
                 print(f"fine-tuning {name} ({model.num_parameters():,} parameters), seed {seed}", flush=True)
-            fit = finetune(model, train_problems, dev_problems, FinetuneConfig(seed=seed), progress=progress)
-            rankings[name].append(rank_problems(model, test_problems, kmax, progress=progress))
+            config = FinetuneConfig(seed=seed)
+            fit = finetune(model, train_problems, dev_problems, config, progress=progress)
+            rankings[name].append(rank_problems(model, test_problems, kmax, top_l=config.top_l, progress=progress))
             seconds[name].append(fit.seconds)
             dev_scores.setdefault(name, []).append(fit.best_score)
     return result

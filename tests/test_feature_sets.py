@@ -140,14 +140,19 @@ def test_train_on_two_files_with_lexical_features(files):
 
 
 @needs_encoders
-def test_finetune_encoder_command_then_predict_and_explain(files):
+def test_train_defaults_to_end_to_end_then_predict_and_explain(files):
+    """With the 'encoders' extra and no --features, ``dgn train`` fine-tunes the encoder
+    under the DGN head (what --finetune-encoder asks for), and says so."""
     out = files["root"] / "e2e"
-    proc = run_dgn(["train", "--finetune-encoder", "--train", files["train"], "--dev", files["dev"],
-                    "--output", out, "--epochs", "1", "--quiet"], files["cache"], timeout=600)
+    proc = run_dgn(["train", "--train", files["train"], "--dev", files["dev"],
+                    "--output", out, "--epochs", "1"], files["cache"], timeout=600)
     assert proc.returncode == 0, proc.stderr
+    assert "training end to end" in proc.stdout and "--features NAMES" in proc.stdout
     assert (out / "encoder" / "model.safetensors").is_file() and (out / "head.safetensors").is_file()
     history = json.loads((out / "train_history.json").read_text())
     assert history["best_epoch"] == 1 and history["seconds_per_epoch"] > 0
+    assert history["features"] == ["sentence"] and history["finetune_config"]["top_l"] == 24
+    assert json.loads((out / "selector.json").read_text())["head"] == "dgn"
     preds = files["root"] / "e2e-preds.jsonl"
     proc = run_dgn(["predict", "--model", out, "--data", files["dev"], "--output", preds, "--k", "2"], files["cache"])
     assert proc.returncode == 0, proc.stderr
@@ -179,3 +184,32 @@ def test_finetune_encoder_with_lexical_features_then_predict_and_explain(files):
     proc = run_dgn(["explain", "--model", out, "--data", files["dev"], "--id", "p0-dev", "--steps", "2"], files["cache"])
     assert proc.returncode == 0, proc.stderr
     assert "step 2: pick" in proc.stdout
+
+
+def test_end_to_end_is_the_default_only_without_frozen_feature_options(monkeypatch):
+    """--features, --vectors and --resume name frozen-feature training; without the
+    'encoders' extra there is no encoder to fine-tune."""
+    import argparse
+
+    from dgn.commands import train as train_command
+
+    monkeypatch.setattr("dgn.features.family.encoders_available", lambda: True)
+
+    def ns(**given):
+        base = {"finetune_encoder": False, "features": None, "vectors": None, "resume": None}
+        return argparse.Namespace(**{**base, **given})
+
+    assert train_command._end_to_end_by_default(ns())
+    for given in ({"features": "sentence,lexical"}, {"vectors": "v.vec"}, {"resume": "m"}, {"finetune_encoder": True}):
+        assert not train_command._end_to_end_by_default(ns(**given)), given
+    monkeypatch.setattr("dgn.features.family.encoders_available", lambda: False)
+    assert not train_command._end_to_end_by_default(ns())
+
+
+@needs_encoders
+def test_frozen_only_option_under_the_end_to_end_default_is_a_clear_error(files):
+    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "m", "--steps", "3"],
+                   files["cache"])
+    assert proc.returncode == 2
+    assert "--steps: not used by end-to-end training" in proc.stderr and "--features" in proc.stderr
+    assert not (files["root"] / "m").exists()

@@ -92,7 +92,10 @@ class FinetuneConfig:
         top_l: Cut every problem to the ``top_l`` candidates BM25 ranks highest before the
             encoder sees it (training keeps the gold candidates beyond the cut so that
             the loss has its targets; prediction does not, and the recall lost by the cut
-            is BM25's recall@L). None: every candidate.
+            is BM25's recall@L). None: every candidate. The default, 24, bounds the cost
+            of a step (every kept candidate is embedded with gradients): it leaves FM2
+            (at most 12 candidates) and CLIMATE-FEVER (5) whole and keeps WiCE's about
+            120 candidates to 24 with BM25 recall@24 0.951. A cost setting, not tuned.
         seed: Seeds the head's initialisation, dropout and the order of problems.
         eval_ks: Cutoffs whose mean dev recall selects the epoch.
     """
@@ -104,7 +107,7 @@ class FinetuneConfig:
     weight_decay: float = 0.01
     warmup: float = 0.1
     loss: str = "soft_label"
-    top_l: int | None = None
+    top_l: int | None = 24
     seed: int = 0
     eval_ks: tuple[int, ...] = (1, 3, 5, 7)
 
