@@ -38,8 +38,9 @@ def add_feature_options(parser: argparse.ArgumentParser) -> None:
     """``--features`` and ``--encoder-model`` as ``dgn train`` and ``dgn benchmark`` spell them."""
     parser.add_argument(
         "--features", default=None,
-        help="feature blocks, a comma list of wordvec, lexical, sentence (default: sentence,lexical "
-        "when the 'encoders' extra is installed, else wordvec,lexical; --vectors adds wordvec)",
+        help="frozen feature blocks, a comma list of wordvec, lexical, sentence (default: sentence,lexical "
+        "when the 'encoders' extra is installed, else wordvec,lexical; --vectors adds wordvec; "
+        "dgn train without --features or --vectors trains end to end when the extra is installed)",
     )
     parser.add_argument(
         "--encoder-model", default=None,

@@ -62,13 +62,16 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         "train",
         help="train a DGN and save the best epoch (by dev recall)",
         description=(
-            "Train a Differentiable Greedy Network on selection JSONL. Features are the paper's "
-            "q * s_v from word vectors; the checkpoint of the epoch with the best mean dev "
-            "recall@{1,3,5,7} is written to --output with the featurizer settings, so "
-            "`dgn predict` featurizes exactly as training did. After every epoch the whole "
-            "training state is saved to OUTPUT/training_state.pt, so an interrupted run "
-            "continues with --resume OUTPUT. Options left out keep the "
-            "defaults of dgn.model.DGNConfig and dgn.train.TrainConfig."
+            "Train a Differentiable Greedy Network on selection JSONL. With the 'encoders' extra "
+            "and neither --features nor --vectors, the default is end to end: the sentence encoder "
+            "(all-MiniLM-L6-v2) is fine-tuned under the DGN head, one epoch, each problem cut to "
+            "its 24 BM25-best candidates (dgn.sentence.FinetuneConfig). With --features (or "
+            "--vectors, or without the extra) the DGN trains on frozen feature blocks: the "
+            "checkpoint of the epoch with the best mean dev recall@{1,3,5,7} is written to "
+            "--output with the featurizer settings, so `dgn predict` featurizes exactly as "
+            "training did; after every epoch the whole training state is saved to "
+            "OUTPUT/training_state.pt, so an interrupted run continues with --resume OUTPUT. "
+            "Options left out keep the defaults of dgn.model.DGNConfig and dgn.train.TrainConfig."
         ),
     )
     p.add_argument(
@@ -94,7 +97,8 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         help="train end to end: the sentence encoder itself is fine-tuned under the DGN's layer-wise loss, "
         "gradients through the greedy layers into the transformer (implies --features sentence; "
         "--features sentence,lexical adds the lexical match features to the head; "
-        "defaults: dgn.sentence.FinetuneConfig, one epoch)",
+        "defaults: dgn.sentence.FinetuneConfig, one epoch; the default of dgn train with the "
+        "'encoders' extra when neither --features nor --vectors is given)",
     )
     p.add_argument("--encoder-lr", type=types["positive_float"], default=None,
                    help="with --finetune-encoder: AdamW learning rate of the transformer (default 2e-5)")
