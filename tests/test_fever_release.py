@@ -216,11 +216,17 @@ def test_fever_benchmark_table_matches_an_independent_computation(
 ) -> None:
     out = tmp_path / "run"
     argv = ["benchmark", "--dataset", "fever", "--data-dir", str(release["data"]), "--features", "lexical",
-            "--seeds", "0", "--epochs", "2", "--output", str(out), "--cache-dir", str(tmp_path / "cache"), "--quiet"]
+            "--seeds", "0", "--epochs", "2", "--output", str(out), "--cache-dir", str(tmp_path / "cache")]
     if max_claims:
         argv += ["--max-claims", str(max_claims)]
+    else:
+        argv += ["--quiet"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
+    # without --finetune-encoder, a note names the row dgn train's default would add (not under --quiet)
+    from dgn.features.family import encoders_available
+
+    assert ("--finetune-encoder adds that row" in printed) == bool(max_claims and encoders_available())
     results = json.loads((out / "results.json").read_text())
     claims = release["files"]["paper_dev"]
     if max_claims:

@@ -135,6 +135,12 @@ def _benchmark(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     print(format_results(results))
+    if not args.finetune_encoder and not args.quiet:
+        from dgn.features.family import encoders_available
+
+        if encoders_available():
+            print("\n(dgn train's default with the 'encoders' extra fine-tunes the sentence encoder under the "
+                  "DGN; --finetune-encoder adds that row, 'DGN end to end', and the fine-tuned encoder's)")
     if results.get("graded_metrics"):
         from dgn.benchmark import format_graded
 
