@@ -145,7 +145,8 @@ def test_train_and_predict_with_a_candidate_stage(
         allowed = set(stage.order(problem.query, problem.candidates)[:4])
         assert len(pred.ranking) == 3
         assert set(pred.ranking) <= allowed, problem.id
-    code, _, err = _cli(["train", "--train", data, "--output", tmp_path / "m2", "--rankers", "bm25"], capsys)
+    code, _, err = _cli(["train", "--train", data, "--output", tmp_path / "m2", "--features", "lexical",
+                         "--rankers", "bm25"], capsys)
     assert code != 0 and "needs --top-l" in err
     code, _, err = _cli(["predict", "--model", model, "--data", data, "--output", preds, "--fusion", "fg"], capsys)
     assert code != 0 and "needs --top-l" in err

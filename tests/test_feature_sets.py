@@ -213,3 +213,6 @@ def test_frozen_only_option_under_the_end_to_end_default_is_a_clear_error(files)
     assert proc.returncode == 2
     assert "--steps: not used by end-to-end training" in proc.stderr and "--features" in proc.stderr
     assert not (files["root"] / "m").exists()
+    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "m", "--rankers", "bm25"],
+                   files["cache"])
+    assert proc.returncode == 2 and "--rankers: not used by end-to-end training" in proc.stderr

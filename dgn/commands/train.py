@@ -246,9 +246,9 @@ def _train(args: argparse.Namespace) -> int:
         mode = _end_to_end_mode(args)
         for option, value in (("--rankers", args.rankers), ("--fusion", args.fusion)):
             if value is not None:
-                raise DgnUserError(f"{option}: not used {mode} (its --top-l cut is BM25's)")
+                raise DgnUserError(f"{option}: not used {mode}; its --top-l cut is BM25's")
         if args.model_type is not None:
-            raise DgnUserError(f"--model-type: not used {mode} (see --loss for its heads)")
+            raise DgnUserError(f"--model-type: not used {mode}; see --loss for its heads")
         return _finetune(args, model_over, train_over, ft_over)
     if args.encoder_lr is not None:
         raise DgnUserError("--encoder-lr: only used with --finetune-encoder")
