@@ -210,10 +210,10 @@ def _train(args: argparse.Namespace) -> int:
     from dgn.train import STATE_NAME, TrainConfig
 
     world = 1
-    args.end_to_end_default = _end_to_end_by_default(args)
+    end_to_end_default = _end_to_end_by_default(args)
     if distributed.process_group():  # started by torchrun with WORLD_SIZE > 1
         world = distributed.world_size()
-        if args.end_to_end_default:
+        if end_to_end_default:
             raise DgnUserError(
                 "end-to-end training (dgn train's default with the 'encoders' extra) does not run under "
                 "torchrun yet; name frozen feature blocks with --features (e.g. --features sentence,lexical)"
@@ -242,7 +242,7 @@ def _train(args: argparse.Namespace) -> int:
     elif args.train is None or args.output is None:
         missing = " and ".join(o for o, v in (("--train", args.train), ("--output", args.output)) if v is None)
         raise DgnUserError(f"{missing}: required (unless --resume DIR continues a run)")
-    if args.finetune_encoder or args.end_to_end_default:
+    if args.finetune_encoder or end_to_end_default:
         mode = _end_to_end_mode(args)
         for option, value in (("--rankers", args.rankers), ("--fusion", args.fusion)):
             if value is not None:
@@ -435,7 +435,8 @@ _FINETUNE_FIELDS = {"epochs": "epochs", "lr": "head_lr", "weight_decay": "weight
 def _finetune(
     args: argparse.Namespace, model_over: dict[str, Any], train_over: dict[str, Any], ft_over: dict[str, Any]
 ) -> int:
-    """``dgn train --finetune-encoder``: options checked here, the work in :func:`dgn.sentence.train_end_to_end`."""
+    """``dgn train --finetune-encoder``, or its default with the encoders extra: options checked here, the work in
+    :func:`dgn.sentence.train_end_to_end`."""
     from dataclasses import replace
     from pathlib import Path
 
@@ -475,7 +476,7 @@ def _finetune(
         config = replace(FinetuneConfig(), **fields)
     except ValueError as exc:
         raise DgnUserError(str(exc)) from None
-    if args.end_to_end_default and not args.quiet:
+    if not args.finetune_encoder and not args.quiet:  # the default chose end to end: say so
         print(f"training end to end: the sentence encoder ({args.encoder_model or DEFAULT_MODEL}) fine-tuned "
               f"under the DGN head, {config.epochs} epoch{'s' if config.epochs > 1 else ''}"
               + (f", candidates cut to the {config.top_l} BM25-best" if config.top_l else "")
