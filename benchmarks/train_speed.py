@@ -15,17 +15,27 @@ and one random gold sentence a problem (speed does not depend on the values).
   is not counted as useful FLOPs.
 * The step is :func:`dgn.train.train_model`'s: zero the gradients, forward, loss,
   backward, clip the gradient norm at 5, Adam (:func:`dgn.train.make_optimizer`: fused
-  when compiled, as ``dgn train --compile`` runs it).
+  when compiled, as ``dgn train --compile`` runs it). As ``train_model`` does, the script
+  first keeps freed memory in the process (:func:`dgn._memory.retain_freed_memory`);
+  ``--no-retain-memory`` leaves glibc's malloc as it is, to show what that costs (page
+  faults a step are printed either way).
+* ``GreedyLayer.compile = True`` runs this model's relaxed layers (``SCMM("sqrt")``,
+  ``soft``) in the hand-written kernel of :mod:`dgn._kernels` where it builds, else
+  through ``torch.compile``; the line under the heading says which.
+* The peak is timed again after the runs: a shared machine's speed drifts, and the two
+  peaks bound how much.
 * Throughput: claims per second over ``--steps`` steps after warm-up, median of
   ``--repeats`` runs; the phase profile times encoder forward, greedy layers (the rest of
   the forward pass), loss, backward and the optimizer step separately, synchronously.
 
     python benchmarks/train_speed.py
+    python benchmarks/train_speed.py --no-retain-memory
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import time
 from typing import Any
@@ -54,8 +64,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="training steps per timed run")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--compile", choices=("off", "on", "both"), default="both",
-                        help="the relaxed greedy layers eager, torch.compile'd (GreedyLayer.compile), or both in turn")
+                        help="the relaxed greedy layers eager, compiled (GreedyLayer.compile), or both in turn")
+    parser.add_argument("--no-retain-memory", action="store_true",
+                        help="leave glibc malloc's thresholds alone (train_model raises them)")
     args = parser.parse_args()
+    from dgn._memory import retain_freed_memory
+
+    retained = False if args.no_retain_memory else retain_freed_memory()
     B, N = args.batch, args.candidates
     config = DGNConfig(in_features=300, hidden_features=300, encoded_features=128, steps=7, tau=4.0)
     F, Hd, E = config.in_features, config.hidden_features, config.encoded_features
@@ -63,13 +78,22 @@ def main() -> None:
     peak = shaped_peak(2048, 2048, 2048, repeats=7)
     rows = B * N
     layer_peak = statistics.fmean([shaped_peak(rows, F, Hd), shaped_peak(rows, Hd, E)])
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; freed memory "
+          f"{'kept in the process' if retained else 'returned to the system (glibc default)'}")
     print(f"float32 matmul peak (2048^3): {peak / 1e9:.1f} GFLOP/s; at the encoder's shapes "
           f"({rows}x{F}x{Hd}, {rows}x{Hd}x{E}): {layer_peak / 1e9:.1f} GFLOP/s")
 
+    from dgn import _kernels
+
     for compiled in {"off": (False,), "on": (True,), "both": (False, True)}[args.compile]:
         print(f"\n## greedy layers {'compiled (GreedyLayer.compile = True)' if compiled else 'eager'}")
+        if compiled:
+            print("relaxed layers: " + ("the hand-written kernel (dgn._kernels)" if _kernels.available()
+                                        else "torch.compile (no kernel on this machine)"))
         run(config, B, N, args, peak, layer_peak, compiled)
+    after = shaped_peak(2048, 2048, 2048, repeats=7)
+    print(f"\nfloat32 matmul peak timed again after the runs: {after / 1e9:.1f} GFLOP/s "
+          f"({100 * after / peak:.0f}% of the first)")
 
 
 def run(config: Any, B: int, N: int, args: argparse.Namespace, peak: float, layer_peak: float, compiled: bool) -> None:
@@ -97,16 +121,19 @@ def run(config: Any, B: int, N: int, args: argparse.Namespace, peak: float, laye
 
     for _ in range(5):  # warm-up (and, compiled, the compilation)
         step()
+    faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     rates = []
     for _ in range(args.repeats):
         start = time.perf_counter()
         for _ in range(args.steps):
             step()
         rates.append(args.steps * B / (time.perf_counter() - start))
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before) / (args.repeats * args.steps)
     claims_per_s = statistics.median(rates)
     useful = (4 * F * Hd + 6 * (Hd * E + E)) * N  # FLOPs per claim per step
     rate = claims_per_s * useful
-    print(f"training: {claims_per_s:,.0f} claims/s (median of {args.repeats} x {args.steps} steps of {B} claims, N = {N})")
+    print(f"training: {claims_per_s:,.0f} claims/s (median of {args.repeats} x {args.steps} steps of {B} claims, "
+          f"N = {N}); {faults:,.0f} page faults a step")
     print(f"useful dense FLOPs: {rate / 1e9:.1f} GFLOP/s = {100 * rate / peak:.0f}% of the 2048^3 peak, "
           f"{100 * rate / layer_peak:.0f}% of the peak at the encoder's shapes")
 

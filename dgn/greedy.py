@@ -17,6 +17,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from dgn import _kernels
 from dgn._validation import as_features, as_mask, as_modular, check_k, check_tau
 from dgn.errors import one_line
 from dgn.objectives import CONCAVE_FUNCTIONS, SCMM, Objective, ObjectiveLike, make_objective
@@ -701,10 +702,14 @@ def soft_greedy_select(
         relaxation: ``"soft"`` (default; differentiable everywhere) or
             ``"straight_through"`` (its gradient is a surrogate).
         modular: Optional ``(B, N)`` per-item bonus added to each gain.
-        compile: Run the K layers as one graph built by ``torch.compile`` (SCMM
-            objectives only; forward and backward fused into a few kernels; the first call
-            of a process, and of each new shape, compiles it: tens of seconds on CPU, and
-            it needs a C++ compiler). Values and gradients equal the uncompiled ones up to
+        compile: Run the K layers as compiled code (SCMM objectives only). For
+            ``SCMM("sqrt")`` with the ``soft`` relaxation on float32 CPU tensors, a
+            hand-written C kernel (forward and hand-derived backward, one pass over the
+            features a layer; built once per machine at first use, in about a second, and
+            cached under ``$DGN_CACHE_DIR``); otherwise one graph built by
+            ``torch.compile`` (forward and backward fused into a few kernels; the first
+            call of a process, and of each new shape, compiles it: tens of seconds on CPU).
+            Either needs a C compiler. Values and gradients equal the uncompiled ones up to
             float rounding.
 
     Returns:
@@ -733,8 +738,12 @@ def soft_greedy_select(
         if compile:
             if not isinstance(obj, SCMM):
                 raise ValueError(f"compile=True supports SCMM objectives, got {type(obj).__name__}")
-            parts = _run_fused(_soft_compiled(), feats, obj, valid, mod, tau, k, relaxation, True,
-                               what="the relaxed layers")
+            parts = None
+            if relaxation == "soft" and obj.concave == "sqrt":
+                parts = _kernels.soft_layers(feats, obj.weights(feats), valid, mod, tau, k)
+            if parts is None:
+                parts = _run_fused(_soft_compiled(), feats, obj, valid, mod, tau, k, relaxation, True,
+                                   what="the relaxed layers")
         else:
             parts = _soft_layers(feats, obj, valid, mod, tau, k, relaxation, False)
         out = SoftSelection(*parts)

@@ -48,11 +48,12 @@ class GreedyLayer(nn.Module):
             (3, 6) best).
         relaxation: ``"soft"`` (differentiable everywhere) or ``"straight_through"``
             (see :func:`dgn.soft_greedy_select`).
-        compile: Use ``torch.compile``'d kernels for SCMM objectives (other objectives
-            ignore it): in ``train()`` mode the K relaxed layers as one compiled graph
-            (``soft_greedy_select(..., compile=True)``), in ``eval()`` mode without
-            gradients hard greedy with the compiled gain kernel
-            (``greedy_select(..., compile=True)``).
+        compile: Use compiled kernels for SCMM objectives (other objectives ignore it):
+            in ``train()`` mode the K relaxed layers as compiled code
+            (``soft_greedy_select(..., compile=True)``: a hand-written C kernel for
+            ``SCMM("sqrt")`` with the ``soft`` relaxation on float32, else one
+            ``torch.compile``'d graph), in ``eval()`` mode without gradients hard greedy
+            with the compiled gain kernel (``greedy_select(..., compile=True)``).
 
     Shape:
         - features: ``(B, N, E)`` or ``(N, E)``, nonnegative for SCMM

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from dgn._memory import retain_freed_memory
 from dgn._progress import bars
 from dgn.baselines import EncoderScorer
 from dgn.errors import DgnUserError, one_line
@@ -316,10 +317,16 @@ def train_model(
     Returns:
         A :class:`TrainResult`.
 
+    On Linux (glibc) the first call raises malloc's mmap and trim thresholds for the
+    process, so that memory freed by one step is reused by the next instead of returned to
+    the system and faulted in again (a fifth to a third of a step's time at the shape of
+    ``benchmarks/train_speed.py``); ``DGN_RETAIN_MEMORY=0`` in the environment turns this off.
+
     Raises:
         DgnUserError: ``resume`` without a readable state, or a state from another
             model or config.
     """
+    retain_freed_memory()  # no page faults on every step's fresh tensors (dgn._memory)
     with _compiled_layers(model, config.compile):
         from tqdm.auto import tqdm
 

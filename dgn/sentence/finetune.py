@@ -486,9 +486,11 @@ def finetune(
     """
     from tqdm.auto import tqdm
 
+    from dgn._memory import retain_freed_memory
     from dgn._progress import bars
     from dgn.metrics import evaluate_rankings
 
+    retain_freed_memory()  # as dgn.train.train_model: no page faults on every step's tensors
     cfg = config or FinetuneConfig()
     torch.manual_seed(cfg.seed)
     generator = torch.Generator().manual_seed(cfg.seed)

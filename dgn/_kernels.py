@@ -1,0 +1,184 @@
+"""A hand-written CPU kernel for the relaxed greedy layers of a sqrt SCMM objective.
+
+``torch.compile`` fuses the K relaxed layers into a few generated loops, but on CPU its
+backward pass still makes several passes over the ``(B, N, E)`` features a layer and
+saves their square roots for every layer. :file:`_scmm_kernel.c` does the forward pass and
+the hand-derived backward pass in one pass a layer each, recomputing the roots, and this
+module builds it at first use (with the C compiler ``torch.compile`` also needs) and loads it
+with :mod:`ctypes`. Built with OpenMP where the compiler has it, it splits the batch over
+the threads of the OpenMP runtime torch has loaded (the same ``libgomp.so.1``), so no
+second thread pool competes with torch's for the cores.
+
+:func:`soft_layers` is the entry point: the outputs of :func:`dgn.greedy._soft_layers`
+for float32 CPU input, ``soft`` relaxation, ``SCMM("sqrt")``, or None when the kernel does
+not apply (the caller then runs the general path).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["soft_layers", "available"]
+
+_SOURCE = Path(__file__).with_name("_scmm_kernel.c")
+# -fassociative-math (with the two flags it needs) lets sums be vectorised; unlike
+# -ffast-math it keeps inf and NaN semantics, which the kernel's overflow check relies on.
+_FLAGS = ("-O3", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math", "-fPIC",
+          "-shared")
+# Tried in turn until one builds: the machine's own vector instructions and OpenMP first.
+_OPTIONAL = (["-march=native", "-fopenmp"], ["-march=native"], ["-fopenmp"], [])
+_LOCK = threading.Lock()
+
+
+def _machine_key() -> str:
+    """The CPU a ``-march=native`` build is for (a cache directory may be shared by several
+    machines)."""
+    parts = [platform.machine(), platform.processor()]
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags")):
+                parts.append(line)
+                if len(parts) >= 4:
+                    break
+    except OSError:
+        pass
+    return "\n".join(parts)
+
+
+@functools.cache
+def _library() -> ctypes.CDLL | None:
+    """The built kernel (cached under ``default_cache_dir() / "kernels"``), or None when it
+    cannot be built here (not Linux or macOS, no C compiler): callers then use the general
+    path."""
+    from dgn.pipeline import default_cache_dir
+    if sys.platform not in ("linux", "darwin"):
+        return None
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None or not _SOURCE.is_file():
+        return None
+    source = _SOURCE.read_bytes()
+    digest = hashlib.sha256(source + " ".join(_FLAGS).encode() + _machine_key().encode() + compiler.encode())
+    target = default_cache_dir() / "kernels" / f"scmm_{digest.hexdigest()[:20]}.so"
+    with _LOCK:
+        if not target.exists():
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+                os.close(fd)
+                try:
+                    for extra in _OPTIONAL:
+                        done = subprocess.run([compiler, *_FLAGS, *extra, "-o", tmp, str(_SOURCE), "-lm"],
+                                              capture_output=True, timeout=120)
+                        if done.returncode == 0:
+                            break
+                    else:
+                        return None
+                    os.replace(tmp, target)  # another process may have won: same bytes
+                finally:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+            except (OSError, subprocess.SubprocessError):
+                return None
+        try:
+            lib = ctypes.CDLL(str(target))
+        except OSError:
+            return None
+    i64, f32, p = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+    lib.scmm_soft_forward.restype = i64
+    lib.scmm_soft_forward.argtypes = [i64, i64, i64, i64, f32] + [p] * 13
+    lib.scmm_soft_backward.restype = i64
+    lib.scmm_soft_backward.argtypes = [i64, i64, i64, i64, f32] + [p] * 16
+    return lib
+
+
+def available() -> bool:
+    """Whether the kernel is built (or can be) on this machine."""
+    return _library() is not None
+
+
+def _ptr(t: Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+class _SoftSCMM(torch.autograd.Function):
+    """The K relaxed layers; inputs ``H (B, N, E)``, ``beta (B, N)`` or None, ``alpha (E,)``."""
+
+    @staticmethod
+    def forward(ctx: Any, H: Tensor, beta: Tensor | None, alpha: Tensor, valid: Tensor, tau: float,
+                K: int, overflow: list[bool]) -> tuple[Tensor, ...]:
+        lib = _library()
+        assert lib is not None
+        B, N, E = H.shape
+        H, alpha = H.contiguous(), alpha.contiguous()
+        beta = None if beta is None else beta.contiguous()
+        valid = valid.contiguous().view(torch.uint8)
+        S, L, G, R = (H.new_empty(B, K, N) for _ in range(4))
+        AV = torch.empty(B, K, N, dtype=torch.uint8)
+        P = torch.empty(B, K, dtype=torch.int64)
+        PG = H.new_empty(B, K)
+        OK = torch.empty(B, K, dtype=torch.uint8)
+        C = H.new_empty(B, K, E)
+        bad = lib.scmm_soft_forward(B, N, E, K, tau, H.data_ptr(), _ptr(beta), alpha.data_ptr(), valid.data_ptr(),
+                                    *(t.data_ptr() for t in (S, L, P, PG, OK, G, C, R, AV)))
+        if bad < 0:
+            raise MemoryError("the SCMM kernel could not allocate its work space")
+        overflow.append(bad > 0)
+        ctx.save_for_backward(H, alpha, valid, S, C, R, AV, P, OK)
+        ctx.tau = tau
+        ctx.has_beta = beta is not None
+        OKb = OK.view(torch.bool)
+        ctx.mark_non_differentiable(P, OKb)
+        return S, L, P, PG, OKb, G
+
+    @staticmethod
+    def backward(ctx: Any, dS: Tensor | None, dL: Tensor | None, _dP: Any, dPG: Tensor | None, _dOK: Any,
+                 dG: Tensor | None) -> tuple[Tensor | None, ...]:
+        lib = _library()
+        assert lib is not None
+        H, alpha, valid, S, C, R, AV, P, OK = ctx.saved_tensors
+        B, N, E = H.shape
+        K = S.shape[1]
+        grads = [None if t is None else t.contiguous() for t in (dS, dL, dG, dPG)]
+        dH = torch.empty_like(H)
+        dbeta = H.new_empty(B, N)
+        dalpha = H.new_empty(E)
+        code = lib.scmm_soft_backward(B, N, E, K, ctx.tau, H.data_ptr(), alpha.data_ptr(), valid.data_ptr(),
+                                      *(t.data_ptr() for t in (S, C, R, AV, P, OK)), *(_ptr(g) for g in grads),
+                                      dH.data_ptr(), dbeta.data_ptr(), dalpha.data_ptr())
+        if code < 0:
+            raise MemoryError("the SCMM kernel could not allocate its work space")
+        return dH, (dbeta if ctx.has_beta else None), dalpha, None, None, None, None
+
+
+def soft_layers(feats: Tensor, alpha: Tensor | None, valid: Tensor, mod: Tensor | None, tau: float,
+                k: int) -> tuple[Tensor, ...] | None:
+    """:func:`dgn.greedy._soft_layers`'s outputs for a ``SCMM("sqrt")`` objective with the
+    ``soft`` relaxation (``alpha`` its feature weights, None for all ones), or None where the
+    kernel does not apply: not float32 on the CPU, no kernel on this machine, or a ``tau``
+    so small that the logits leave float range."""
+    if feats.device.type != "cpu" or feats.dtype != torch.float32 or _library() is None:
+        return None
+    if alpha is None:
+        alpha = feats.new_ones(feats.shape[-1])
+    if alpha.dtype != torch.float32 or (mod is not None and mod.dtype != torch.float32):
+        return None
+    if feats.shape[1] == 0 or feats.shape[2] == 0:
+        return None
+    overflow: list[bool] = []
+    out = _SoftSCMM.apply(feats, mod, alpha, valid, float(tau), int(k), overflow)
+    return None if overflow[0] else out
+
