@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -68,12 +68,9 @@ def _picks(states: Tensor, indices: Tensor | None, from_logits: bool) -> Tensor:
 
 def _unpicked_before(picks: Tensor, N: int) -> Tensor:
     """``(B, K, N)`` bool: True for items not picked by any layer before k."""
-    B, K = picks.shape
-    onehot = torch.zeros(B, K, N + 1, dtype=torch.bool, device=picks.device)
-    onehot.scatter_(2, torch.where(picks < 0, N, picks).unsqueeze(-1), True)
-    onehot = onehot[..., :N]
-    before = torch.cumsum(onehot.to(torch.int32), dim=1) - onehot.to(torch.int32)
-    return before == 0
+    onehot = picks.unsqueeze(-1) == torch.arange(N, device=picks.device)  # (B, K, N); -1 matches nothing
+    hits = torch.cumsum(onehot, dim=1)  # picks up to and including layer k
+    return hits == onehot  # nothing before k
 
 
 def _describe(x: object) -> str:
@@ -92,9 +89,10 @@ def _check(states: Tensor, target: Tensor, name: str, from_logits: bool) -> None
     B, _, N = states.shape
     if tuple(target.shape) != (B, N):
         raise ValueError(f"{name} must have shape ({B}, {N}), got {tuple(target.shape)}")
-    # NaN (and, for logits, +inf) would turn the loss into NaN or inf without a word.
-    bad = torch.isnan(states) | (states == float("inf")) if from_logits else torch.isnan(states)
-    if bool(bad.any()):
+    # NaN (and, for logits, +inf) would turn the loss into NaN or inf without a word. The
+    # maximum shows both in one pass (NaN propagates through it).
+    top = float(states.detach().amax()) if states.numel() else 0.0
+    if math.isnan(top) or (from_logits and top == float("inf")):
         what = "NaN or +inf" if from_logits else "NaN"
         raise ValueError(f"states contain {what} values")
 
@@ -124,7 +122,8 @@ def layerwise_cross_entropy(
 
     where ``L`` is the gold set and ``A_{k-1}`` the items picked by layers before k: each
     gold item still unpicked is treated, at each layer, as if it were the only correct
-    one. Layers after all gold is picked add nothing. (Powers et al., 2018, eq. 5; the
+    one. Layers after all gold is picked add nothing, as do (with logits) layers with no
+    candidate left. (Powers et al., 2018, eq. 5; the
     paper notes this penalises all but one of several valid items at each step, which
     :func:`soft_label_cross_entropy` fixes.)
 
@@ -152,10 +151,43 @@ def layerwise_cross_entropy(
     """
     _check(states, gold, "gold", from_logits)
     B, K, N = states.shape
+    if from_logits and N:
+        # The same loss in a handful of operations and a hand-written gradient (it runs
+        # every training step): sum_k sum_{v open} (logsumexp_k - logit_kv).
+        lse = torch.logsumexp(states.detach(), dim=-1, keepdim=True)  # (B, K, 1); -inf: nothing left
+        left = torch.isfinite(lse)
+        if indices is None:
+            picks = states.detach().argmax(-1).masked_fill_(~left.squeeze(-1), -1)
+        else:
+            picks = _picks(states, indices, from_logits)
+        # a layer with nothing left has no distribution and adds nothing
+        open_gold = gold.bool().unsqueeze(1) & _unpicked_before(picks, N) & left  # (B, K, N)
+        return _reduce(_OpenCrossEntropy.apply(states, lse, open_gold), reduction)
     logp = _log_probs(states, from_logits)  # (B, K, N)
     open_gold = gold.bool().unsqueeze(1) & _unpicked_before(_picks(states, indices, from_logits), N)  # (B, K, N)
     terms = torch.where(open_gold, -logp, torch.zeros_like(logp))
     return _reduce(terms.sum(dim=(1, 2)), reduction)
+
+
+class _OpenCrossEntropy(torch.autograd.Function):
+    """``sum_k sum_v open[k, v] (lse_k - logits[k, v])`` per problem ``(B,)``, from
+    ``(B, K, N)`` logits, their (detached) ``(B, K, 1)`` logsumexp and the ``open`` mask.
+
+    Its gradient, ``g (cnt_k softmax_k - open_k)`` with ``cnt_k`` the open items of layer k,
+    is zero in layers with nothing left (``lse = -inf``) and at ``-inf`` logits; autograd
+    through ``log_softmax`` gives the same in about three times the operations."""
+
+    @staticmethod
+    def forward(ctx: Any, states: Tensor, lse: Tensor, open_mask: Tensor) -> Tensor:
+        ctx.save_for_backward(states, lse, open_mask)
+        return torch.where(open_mask, lse - states, 0.0).sum(dim=(1, 2))
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        states, lse, open_mask = ctx.saved_tensors
+        prob = torch.exp(states - lse.masked_fill(~torch.isfinite(lse), 0.0))  # 0 where nothing is left
+        count = open_mask.sum(-1, keepdim=True, dtype=states.dtype)
+        return grad.view(-1, 1, 1) * (count * prob - open_mask.to(states.dtype)), None, None
 
 
 def soft_label_cross_entropy(

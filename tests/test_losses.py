@@ -115,3 +115,57 @@ def test_shape_errors():
         layerwise_cross_entropy(torch.zeros(2, 3, 4), torch.zeros(2, 5).bool())
     with pytest.raises(ValueError, match="nonnegative"):
         soft_label_cross_entropy(torch.zeros(1, 2, 3), -torch.ones(1, 3))
+
+
+def _layerwise_reference(logits, gold, indices=None):
+    """The layer-wise loss one layer and one item at a time: each layer's log-softmax over
+    its finite logits, summed at the gold items no earlier layer picked."""
+    B, K, N = logits.shape
+    total = []
+    for b in range(B):
+        picked, loss = set(), logits.new_zeros(())
+        for k in range(K):
+            row = logits[b, k]
+            finite = torch.isfinite(row)
+            if finite.any():
+                logp = row[finite] - torch.logsumexp(row[finite], 0)
+                for j, v in enumerate(torch.nonzero(finite).flatten().tolist()):
+                    if gold[b, v] and v not in picked:
+                        loss = loss - logp[j]
+                pick = int(row.argmax()) if indices is None else int(indices[b, k])
+            else:
+                pick = -1 if indices is None else int(indices[b, k])
+            if pick >= 0:
+                picked.add(pick)
+        total.append(loss)
+    return torch.stack(total)
+
+
+@pytest.mark.parametrize("given_indices", [False, True])
+def test_layerwise_values_and_gradients_equal_an_item_by_item_reference(given_indices):
+    """The loss and its gradient equal a loop over layers and items (autograd through
+    logsumexp of the finite logits only): -inf logits, a layer with nothing left, several
+    gold items, explicit picks that are not the argmax."""
+    gen = torch.Generator().manual_seed(5)
+    B, K, N = 4, 5, 6
+    logits = torch.randn(B, K, N, dtype=torch.float64, generator=gen)
+    logits[0, :, 4:] = float("-inf")  # padding
+    logits[1, 3:] = float("-inf")  # nothing left in the last two layers
+    logits[2, 1:, 0] = float("-inf")  # picked in layer 0
+    gold = torch.rand(B, N, generator=gen) < 0.5
+    gold[0, 4:] = False
+    gold[1, :] = False
+    gold[1, logits[1, :3].argmax(-1)] = True  # every gold item picked before nothing is left
+    indices = torch.randint(0, N, (B, K), generator=gen) if given_indices else None
+    if given_indices:
+        indices[1, 3:] = -1
+    a = logits.clone().requires_grad_(True)
+    b = logits.clone().requires_grad_(True)
+    got = layerwise_cross_entropy(a, gold, indices, reduction="none")
+    want = _layerwise_reference(b, gold, indices)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    weights = torch.rand(B, dtype=torch.float64, generator=gen)
+    (got * weights).sum().backward()
+    (want * weights).sum().backward()
+    assert torch.isfinite(a.grad).all()
+    torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
