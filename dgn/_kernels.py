@@ -62,10 +62,10 @@ def _machine_key() -> str:
 @functools.cache
 def _library() -> ctypes.CDLL | None:
     """The built kernel (cached under ``default_cache_dir() / "kernels"``), or None when it
-    cannot be built here (not Linux or macOS, no C compiler): callers then use the general
-    path."""
+    cannot be built here (not Linux or macOS, no C compiler) or ``DGN_KERNELS=0`` is set in
+    the environment: callers then use the general path (``torch.compile``)."""
     from dgn.pipeline import default_cache_dir
-    if sys.platform not in ("linux", "darwin"):
+    if sys.platform not in ("linux", "darwin") or os.environ.get("DGN_KERNELS", "1").strip() == "0":
         return None
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None or not _SOURCE.is_file():

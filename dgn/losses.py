@@ -122,8 +122,7 @@ def layerwise_cross_entropy(
 
     where ``L`` is the gold set and ``A_{k-1}`` the items picked by layers before k: each
     gold item still unpicked is treated, at each layer, as if it were the only correct
-    one. Layers after all gold is picked add nothing, as do (with logits) layers with no
-    candidate left. (Powers et al., 2018, eq. 5; the
+    one. Layers after all gold is picked add nothing. (Powers et al., 2018, eq. 5; the
     paper notes this penalises all but one of several valid items at each step, which
     :func:`soft_label_cross_entropy` fixes.)
 
@@ -160,9 +159,8 @@ def layerwise_cross_entropy(
             picks = states.detach().argmax(-1).masked_fill_(~left.squeeze(-1), -1)
         else:
             picks = _picks(states, indices, from_logits)
-        # a layer with nothing left has no distribution and adds nothing
-        open_gold = gold.bool().unsqueeze(1) & _unpicked_before(picks, N) & left  # (B, K, N)
-        return _reduce(_OpenCrossEntropy.apply(states, lse, open_gold), reduction)
+        open_gold = gold.bool().unsqueeze(1) & _unpicked_before(picks, N)  # (B, K, N)
+        return _reduce(_OpenCrossEntropy.apply(states, lse.masked_fill(~left, 0.0), left, open_gold), reduction)
     logp = _log_probs(states, from_logits)  # (B, K, N)
     open_gold = gold.bool().unsqueeze(1) & _unpicked_before(_picks(states, indices, from_logits), N)  # (B, K, N)
     terms = torch.where(open_gold, -logp, torch.zeros_like(logp))
@@ -171,23 +169,26 @@ def layerwise_cross_entropy(
 
 class _OpenCrossEntropy(torch.autograd.Function):
     """``sum_k sum_v open[k, v] (lse_k - logits[k, v])`` per problem ``(B,)``, from
-    ``(B, K, N)`` logits, their (detached) ``(B, K, 1)`` logsumexp and the ``open`` mask.
+    ``(B, K, N)`` logits, their (detached) ``(B, K, 1)`` logsumexp (0 in layers with nothing
+    left, ``left`` False there) and the ``open`` mask: ``+inf`` where an open item's logit
+    is ``-inf``, as ``-log_softmax`` gives.
 
-    Its gradient, ``g (cnt_k softmax_k - open_k)`` with ``cnt_k`` the open items of layer k,
-    is zero in layers with nothing left (``lse = -inf``) and at ``-inf`` logits; autograd
-    through ``log_softmax`` gives the same in about three times the operations."""
+    Its gradient is ``g (cnt_k softmax_k - open_k)`` with ``cnt_k`` the open items of layer
+    k, and zero in layers with nothing left: what autograd through ``log_softmax`` gives, in
+    about a third of the operations."""
 
     @staticmethod
-    def forward(ctx: Any, states: Tensor, lse: Tensor, open_mask: Tensor) -> Tensor:
-        ctx.save_for_backward(states, lse, open_mask)
+    def forward(ctx: Any, states: Tensor, lse: Tensor, left: Tensor, open_mask: Tensor) -> Tensor:
+        ctx.save_for_backward(states, lse, left, open_mask)
         return torch.where(open_mask, lse - states, 0.0).sum(dim=(1, 2))
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
-        states, lse, open_mask = ctx.saved_tensors
-        prob = torch.exp(states - lse.masked_fill(~torch.isfinite(lse), 0.0))  # 0 where nothing is left
-        count = open_mask.sum(-1, keepdim=True, dtype=states.dtype)
-        return grad.view(-1, 1, 1) * (count * prob - open_mask.to(states.dtype)), None, None
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        states, lse, left, open_mask = ctx.saved_tensors
+        open_left = (open_mask & left).to(states.dtype)
+        prob = torch.exp(states - lse)  # 0 in layers with nothing left (all -inf, lse 0)
+        count = open_left.sum(-1, keepdim=True)
+        return grad.view(-1, 1, 1) * (count * prob - open_left), None, None, None
 
 
 def soft_label_cross_entropy(

@@ -149,6 +149,14 @@ def test_no_compiler_means_no_kernel(tmp_path):
     assert list((tmp_path / "kernels").iterdir()) == []
 
 
+def test_kernels_can_be_switched_off(tmp_path):
+    """DGN_KERNELS=0 leaves the relaxed layers to torch.compile: nothing is built."""
+    script = "from dgn import _kernels; assert not _kernels.available()"
+    subprocess.run([sys.executable, "-c", script], check=True,
+                   env={**os.environ, "DGN_KERNELS": "0", "DGN_CACHE_DIR": str(tmp_path)})
+    assert not (tmp_path / "kernels").exists()
+
+
 @needs_kernel
 def test_kernel_builds_once_into_the_cache(tmp_path):
     """A fresh cache directory gets one built library (no temporary files left); a second

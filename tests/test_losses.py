@@ -158,6 +158,7 @@ def test_layerwise_values_and_gradients_equal_an_item_by_item_reference(given_in
     gold[1, logits[1, :3].argmax(-1)] = True  # every gold item picked before nothing is left
     indices = torch.randint(0, N, (B, K), generator=gen) if given_indices else None
     if given_indices:
+        indices[1, :3] = logits[1, :3].argmax(-1)  # the gold items, before nothing is left
         indices[1, 3:] = -1
     a = logits.clone().requires_grad_(True)
     b = logits.clone().requires_grad_(True)
