@@ -181,33 +181,35 @@ _FAULTS = textwrap.dedent("""
     from dgn.model import DGN, DGNConfig
     torch.manual_seed(0)
     model = DGN(DGNConfig(in_features=300, hidden_features=300, encoded_features=128, steps=7)).train()
+    model.greedy.compile = True  # the kernel, as dgn train --compile
     x, gold = torch.randn(64, 40, 300), torch.zeros(64, 40)
     gold[:, 0] = 1.0
     def step():
         model.zero_grad(set_to_none=True)
         layerwise_cross_entropy(model(x).logits, gold).backward()
-    for _ in range(3):
+    for _ in range(20):  # past glibc's own adaptation of its thresholds
         step()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(5):
+    for _ in range(10):
         step()
-    print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) // 5)
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) // 10)
 """)
 
 
+@needs_kernel
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc")
-def test_retained_memory_saves_most_page_faults_of_a_training_step():
+def test_retained_memory_ends_the_page_faults_of_a_training_step():
     """A DGN training step at the benchmark's shape frees and allocates the same tensors
-    every step. After retain_freed_memory() their pages are reused: under a third of the
-    page faults a step that glibc's default (DGN_RETAIN_MEMORY=0) takes (about 280 against
-    1,800 measured)."""
+    every step. With glibc's default thresholds (DGN_RETAIN_MEMORY=0) it keeps faulting
+    their pages in again (1,300 to 2,200 faults a step measured), after
+    retain_freed_memory() hardly ever (0 to 40)."""
     kept = subprocess.run([sys.executable, "-c", _FAULTS], check=True, capture_output=True, text=True)
     off = subprocess.run([sys.executable, "-c", _FAULTS], check=True, capture_output=True, text=True,
                          env={**os.environ, "DGN_RETAIN_MEMORY": "0"})
     kept_set, kept_faults = kept.stdout.split()
     off_set, off_faults = off.stdout.split()
     assert (kept_set, off_set) == ("True", "False")
-    assert 3 * int(kept_faults) < int(off_faults)
+    assert 10 * int(kept_faults) < int(off_faults)
 
 
 def test_soft_greedy_select_compile_keeps_its_contract_for_float32():
