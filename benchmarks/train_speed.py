@@ -31,6 +31,7 @@ and one random gold sentence a problem (speed does not depend on the values).
 
     python benchmarks/train_speed.py
     python benchmarks/train_speed.py --no-retain-memory
+    python benchmarks/train_speed.py --compile on --profile
 """
 
 from __future__ import annotations
@@ -43,15 +44,22 @@ from typing import Any
 
 import torch
 
+_OPERANDS: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
 
 def shaped_peak(m: int, k: int, n: int, repeats: int = 21) -> float:
-    """The median float32 FLOP rate of ``torch.mm`` of an ``(m, k)`` by a ``(k, n)`` matrix."""
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    torch.mm(a, b)
+    """The median float32 FLOP rate of ``torch.mm`` of an ``(m, k)`` by a ``(k, n)`` matrix.
+
+    Operands and result are allocated once and kept: freeing blocks this large would raise
+    glibc malloc's own thresholds and so change what ``--no-retain-memory`` measures."""
+    if (m, k, n) not in _OPERANDS:
+        _OPERANDS[m, k, n] = (torch.randn(m, k), torch.randn(k, n), torch.empty(m, n))
+    a, b, out = _OPERANDS[m, k, n]
+    torch.mm(a, b, out=out)
     rates = []
     for _ in range(repeats):
         start = time.perf_counter()
-        torch.mm(a, b)
+        torch.mm(a, b, out=out)
         rates.append(2 * m * k * n / (time.perf_counter() - start))
     return statistics.median(rates)
 
@@ -68,6 +76,8 @@ def main() -> None:
                         help="the relaxed greedy layers eager, compiled (GreedyLayer.compile), or both in turn")
     parser.add_argument("--no-retain-memory", action="store_true",
                         help="leave glibc malloc's thresholds alone (train_model raises them)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print torch.profiler's table of operators over 20 steps")
     args = parser.parse_args()
     from dgn._memory import retain_freed_memory
 
@@ -140,6 +150,14 @@ def run(config: Any, B: int, N: int, args: argparse.Namespace, peak: float, laye
     print(f"useful dense FLOPs: {rate / 1e9:.1f} GFLOP/s = {100 * rate / peak:.0f}% of the 2048^3 peak timed first, "
           f"{100 * rate / layer_peak:.0f}% of the peak at the encoder's shapes; "
           f"{100 * statistics.median(shares):.0f}% of the 2048^3 peak timed right before each block (median)")
+
+    if args.profile:
+        from torch.profiler import profile
+
+        with profile() as prof:
+            for _ in range(20):
+                step()
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
     # where the time goes
     phases = {"encoder forward": [], "greedy layers forward": [], "loss": [], "backward": [], "clip + optimizer": []}

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -150,45 +150,11 @@ def layerwise_cross_entropy(
     """
     _check(states, gold, "gold", from_logits)
     B, K, N = states.shape
-    if from_logits and N:
-        # The same loss in a handful of operations and a hand-written gradient (it runs
-        # every training step): sum_k sum_{v open} (logsumexp_k - logit_kv).
-        lse = torch.logsumexp(states.detach(), dim=-1, keepdim=True)  # (B, K, 1); -inf: nothing left
-        left = torch.isfinite(lse)
-        if indices is None:
-            picks = states.detach().argmax(-1).masked_fill_(~left.squeeze(-1), -1)
-        else:
-            picks = _picks(states, indices, from_logits)
-        open_gold = gold.bool().unsqueeze(1) & _unpicked_before(picks, N)  # (B, K, N)
-        return _reduce(_OpenCrossEntropy.apply(states, lse.masked_fill(~left, 0.0), left, open_gold), reduction)
     logp = _log_probs(states, from_logits)  # (B, K, N)
-    open_gold = gold.bool().unsqueeze(1) & _unpicked_before(_picks(states, indices, from_logits), N)  # (B, K, N)
+    picks = _picks(states, indices, from_logits)
+    open_gold = gold.bool().unsqueeze(1) & _unpicked_before(picks, N)  # (B, K, N)
     terms = torch.where(open_gold, -logp, torch.zeros_like(logp))
     return _reduce(terms.sum(dim=(1, 2)), reduction)
-
-
-class _OpenCrossEntropy(torch.autograd.Function):
-    """``sum_k sum_v open[k, v] (lse_k - logits[k, v])`` per problem ``(B,)``, from
-    ``(B, K, N)`` logits, their (detached) ``(B, K, 1)`` logsumexp (0 in layers with nothing
-    left, ``left`` False there) and the ``open`` mask: ``+inf`` where an open item's logit
-    is ``-inf``, as ``-log_softmax`` gives.
-
-    Its gradient is ``g (cnt_k softmax_k - open_k)`` with ``cnt_k`` the open items of layer
-    k, and zero in layers with nothing left: what autograd through ``log_softmax`` gives, in
-    about a third of the operations."""
-
-    @staticmethod
-    def forward(ctx: Any, states: Tensor, lse: Tensor, left: Tensor, open_mask: Tensor) -> Tensor:
-        ctx.save_for_backward(states, lse, left, open_mask)
-        return torch.where(open_mask, lse - states, 0.0).sum(dim=(1, 2))
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
-        states, lse, left, open_mask = ctx.saved_tensors
-        open_left = (open_mask & left).to(states.dtype)
-        prob = torch.exp(states - lse)  # 0 in layers with nothing left (all -inf, lse 0)
-        count = open_left.sum(-1, keepdim=True)
-        return grad.view(-1, 1, 1) * (count * prob - open_left), None, None, None
 
 
 def soft_label_cross_entropy(

@@ -83,13 +83,14 @@ class TrainConfig:
             Evaluation always sees every candidate. 64 leaves FM2 (at most 12) untouched
             and bounds a WiCE batch (up to 1,131 candidates) at 64 columns.
         eval_ks: Cutoffs of the dev recall that selects the best epoch (their mean).
-        compile: Run a DGN's greedy layers through ``torch.compile`` while training
+        compile: Run a DGN's greedy layers as compiled code while training
             (``GreedyLayer.compile``; the model's own setting is restored afterwards):
-            the relaxed layers as one compiled graph, dev evaluation with the compiled
-            hard-greedy kernel. The same values up to float rounding, about 1.5 times the
-            training throughput at 64 problems of 40 candidates; compiling takes tens of
-            seconds at the first batch (and again when ``tau_decay`` changes the
-            temperature). Adam then runs fused (``torch.optim.Adam(fused=True)``: one
+            the relaxed layers in the hand-written kernel of ``SCMM("sqrt")`` with the
+            ``soft`` relaxation (built once per machine, about a second), else as one
+            ``torch.compile``'d graph (tens of seconds at the first batch, and again when
+            ``tau_decay`` changes the temperature); dev evaluation with the compiled
+            hard-greedy kernel. The same values up to float rounding, about twice the
+            training throughput at 64 problems of 40 candidates. Adam then runs fused (``torch.optim.Adam(fused=True)``: one
             kernel for all parameters' updates), the same update up to float rounding.
             Encoder scorers get the fused Adam only.
     """

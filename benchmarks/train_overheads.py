@@ -1,0 +1,143 @@
+"""The costs around a DGN training step that ``docs/benchmarks.md`` (Training speed) cites.
+
+* ``faults``: what a page fault costs here: filling a fresh 64 MiB tensor (every page
+  faulted in) against filling it again (no faults), per fault.
+* ``memory``: 600 training steps of varying shapes (N from 20 to 49, the relaxed layers
+  compiled, as ``dgn train --compile``) in a child process with freed memory kept
+  (``dgn._memory.retain_freed_memory``, what ``train_model`` does) and in one without
+  (``DGN_RETAIN_MEMORY=0``): resident and peak memory every 150 steps, page faults a step.
+* ``loss``: ``layerwise_cross_entropy`` forward and backward at the benchmark shape (64
+  problems, 7 layers, 40 candidates), against the former implementation (its NaN check
+  and picked-before mask), median of 300 calls each, interleaved.
+
+    python benchmarks/train_overheads.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+
+import torch
+
+
+def faults() -> None:
+    x = torch.empty(16 << 20)  # 64 MiB, not yet touched
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    start = time.perf_counter()
+    x.fill_(1.0)
+    cold = time.perf_counter() - start
+    count = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    warm = statistics.median(_timed(lambda: x.fill_(2.0)) for _ in range(5))
+    print(f"fill 64 MiB: first touch {1e3 * cold:.1f} ms ({count:,} page faults), again {1e3 * warm:.1f} ms: "
+          f"{1e6 * (cold - warm) / max(count, 1):.2f} us a fault")
+
+
+def _timed(fn) -> float:  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+_STEPS = textwrap.dedent("""
+    import resource, torch
+    from dgn._memory import retain_freed_memory
+    from dgn.losses import layerwise_cross_entropy
+    from dgn.model import DGN, DGNConfig
+    from dgn.train import TrainConfig, make_optimizer
+    print("freed memory kept:", retain_freed_memory())
+    torch.manual_seed(0)
+    model = DGN(DGNConfig(in_features=300, hidden_features=300, encoded_features=128, steps=7)).train()
+    model.greedy.compile = True
+    opt = make_optimizer(model, TrainConfig(lr=1e-3, compile=True))
+    gold = torch.zeros(64, 60)
+    gold[:, 0] = 1.0
+    rss = lambda: int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for i in range(601):
+        n = 20 + (i * 7) % 30
+        x, mask = torch.randn(64, n, 300), torch.ones(64, n, dtype=torch.bool)
+        opt.zero_grad(set_to_none=True)
+        layerwise_cross_entropy(model(x, mask).logits, gold[:, :n]).backward()
+        opt.step()
+        if i % 150 == 0:
+            now = resource.getrusage(resource.RUSAGE_SELF)
+            print(f"  step {i}: resident {rss():.0f} MiB, peak {now.ru_maxrss / 1024:.0f} MiB, "
+                  f"{(now.ru_minflt - before) / (150 if i else 1):,.0f} page faults a step")
+            before = now.ru_minflt
+""")
+
+
+def memory() -> None:
+    for label, env in (("kept", {}), ("DGN_RETAIN_MEMORY=0", {"DGN_RETAIN_MEMORY": "0"})):
+        print(f"600 compiled training steps, {label}:")
+        done = subprocess.run([sys.executable, "-c", _STEPS], env={**os.environ, **env}, capture_output=True,
+                              text=True, check=True)
+        print(done.stdout.rstrip())
+
+
+def loss() -> None:
+    from dgn.losses import layerwise_cross_entropy
+
+    B, K, N = 64, 7, 40
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(B, K, N, generator=gen)
+    picks = logits.argmax(-1)
+    for k in range(1, K):  # what the relaxed layers give: earlier picks are -inf
+        logits[torch.arange(B).unsqueeze(1), k, picks[:, :k]] = float("-inf")
+    logits.requires_grad_(True)
+    gold = torch.zeros(B, N, dtype=torch.bool)
+    gold[torch.arange(B), torch.randint(N, (B,), generator=gen)] = True
+
+    def former_loss() -> None:  # the implementation before, step by step
+        bad = torch.isnan(logits) | (logits == float("inf"))
+        assert not bool(bad.any())
+        finite = torch.isfinite(logits).any(-1, keepdim=True)
+        logp = torch.log_softmax(torch.where(finite, logits, torch.zeros_like(logits)), -1)
+        logp = logp.masked_fill(~finite, float("-inf"))
+        has = torch.isfinite(logits).any(-1)
+        best = logits.argmax(-1)
+        picks = torch.where(has, best, torch.full_like(best, -1))
+        onehot = torch.zeros(B, K, N + 1, dtype=torch.bool)
+        onehot.scatter_(2, torch.where(picks < 0, N, picks).unsqueeze(-1), True)
+        onehot = onehot[..., :N]
+        unpicked = (torch.cumsum(onehot.to(torch.int32), dim=1) - onehot.to(torch.int32)) == 0
+        open_gold = gold.unsqueeze(1) & unpicked
+        torch.where(open_gold, -logp, torch.zeros_like(logp)).sum(dim=(1, 2)).mean().backward()
+
+    def library_loss() -> None:
+        layerwise_cross_entropy(logits, gold).backward()
+
+    runs = {"layerwise_cross_entropy": library_loss, "the former implementation": former_loss}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(20):
+        for fn in runs.values():
+            fn()
+    for _ in range(300):
+        for name, fn in runs.items():
+            times[name].append(_timed(fn))
+    for name, values in times.items():
+        print(f"{name}: {1e3 * statistics.median(values):.3f} ms forward and backward (median of 300)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("parts", nargs="*", help="any of faults, memory, loss (default: all three)")
+    args = parser.parse_args()
+    parts = args.parts or ["faults", "memory", "loss"]
+    unknown = sorted(set(parts) - {"faults", "memory", "loss"})
+    if unknown:
+        parser.error(f"unknown part(s) {', '.join(unknown)}: choose from faults, memory, loss")
+    for part in parts:
+        print(f"## {part}")
+        {"faults": faults, "memory": memory, "loss": loss}[part]()
+
+
+if __name__ == "__main__":
+    main()
