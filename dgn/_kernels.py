@@ -21,6 +21,7 @@ import functools
 import hashlib
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,9 @@ _FLAGS = ("-O3", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros", "
           "-shared")
 # Tried in turn until one builds: the machine's own vector instructions and OpenMP first.
 _OPTIONAL = (["-march=native", "-fopenmp"], ["-march=native"], ["-fopenmp"], [])
+# On macOS torch brings its own libomp; a compiler's -fopenmp could load a second copy
+# into the process, which libomp refuses (OMP: Error #15): build without OpenMP there.
+_OPTIONAL_DARWIN = (["-march=native"], [])
 _LOCK = threading.Lock()
 
 
@@ -48,14 +52,20 @@ def _machine_key() -> str:
     """The CPU a ``-march=native`` build is for (a cache directory may be shared by several
     machines)."""
     parts = [platform.machine(), platform.processor()]
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags")):
+    keys = ("model name", "flags", "Features", "CPU implementer", "CPU architecture", "CPU variant", "CPU part")
+    try:  # the first core's lines (x86: model and flags; arm64: features and part)
+        for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines():
+            if line.startswith(keys):
                 parts.append(line)
-                if len(parts) >= 4:
-                    break
     except OSError:
         pass
+    if sys.platform == "darwin":
+        try:
+            brand = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                   timeout=10)
+            parts.append(brand.stdout.strip())
+        except (OSError, subprocess.SubprocessError):
+            pass
     return "\n".join(parts)
 
 
@@ -67,11 +77,12 @@ def _library() -> ctypes.CDLL | None:
     from dgn.pipeline import default_cache_dir
     if sys.platform not in ("linux", "darwin") or os.environ.get("DGN_KERNELS", "1").strip() == "0":
         return None
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
-    if compiler is None or not _SOURCE.is_file():
+    cc = os.environ.get("CC")
+    compiler = shlex.split(cc) if cc else [c for c in (shutil.which(n) for n in ("cc", "gcc", "clang")) if c][:1]
+    if not compiler or not _SOURCE.is_file():
         return None
     source = _SOURCE.read_bytes()
-    digest = hashlib.sha256(source + " ".join(_FLAGS).encode() + _machine_key().encode() + compiler.encode())
+    digest = hashlib.sha256(source + " ".join(_FLAGS).encode() + _machine_key().encode() + " ".join(compiler).encode())
     target = default_cache_dir() / "kernels" / f"scmm_{digest.hexdigest()[:20]}.so"
     with _LOCK:
         if not target.exists():
@@ -80,13 +91,14 @@ def _library() -> ctypes.CDLL | None:
                 fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
                 os.close(fd)
                 try:
-                    for extra in _OPTIONAL:
-                        done = subprocess.run([compiler, *_FLAGS, *extra, "-o", tmp, str(_SOURCE), "-lm"],
+                    for extra in _OPTIONAL_DARWIN if sys.platform == "darwin" else _OPTIONAL:
+                        done = subprocess.run([*compiler, *_FLAGS, *extra, "-o", tmp, str(_SOURCE), "-lm"],
                                               capture_output=True, timeout=120)
                         if done.returncode == 0:
                             break
                     else:
                         return None
+                    os.chmod(tmp, 0o755)  # readable by other users of a shared cache
                     os.replace(tmp, target)  # another process may have won: same bytes
                 finally:
                     if os.path.exists(tmp):
@@ -137,7 +149,10 @@ class _SoftSCMM(torch.autograd.Function):
         if bad < 0:
             raise MemoryError("the SCMM kernel could not allocate its work space")
         overflow.append(bad > 0)
-        ctx.save_for_backward(H, alpha, valid, S, C, R, AV, P, OK)
+        # the backward pass reads S, P, OK and the mask: keep copies of its own, so that
+        # callers may edit the outputs (or the mask) in place, as with the eager layers
+        ctx.save_for_backward(H, alpha, valid.clone(), S.clone(), C, R, AV, P.clone(), OK.clone())
+        ctx.set_materialize_grads(False)  # absent gradients stay None: the kernel skips them
         ctx.tau = tau
         ctx.has_beta = beta is not None
         OKb = OK.view(torch.bool)
@@ -147,6 +162,9 @@ class _SoftSCMM(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dS: Tensor | None, dL: Tensor | None, _dP: Any, dPG: Tensor | None, _dOK: Any,
                  dG: Tensor | None) -> tuple[Tensor | None, ...]:
+        if torch.is_grad_enabled():  # create_graph=True: the kernel's gradient has no graph of its own
+            raise RuntimeError("the compiled relaxed layers (compile=True) have no second derivative; "
+                               "use compile=False to differentiate twice")
         lib = _library()
         assert lib is not None
         H, alpha, valid, S, C, R, AV, P, OK = ctx.saved_tensors

@@ -19,6 +19,14 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#if defined(_OPENMP)
+#include <omp.h>
+static int max_threads(void) { return omp_get_max_threads(); }
+static int thread_index(void) { return omp_get_thread_num(); }
+#else
+static int max_threads(void) { return 1; }
+static int thread_index(void) { return 0; }
+#endif
 
 #define FLOOR 0.031622776601683794f /* sqrt(1e-3) */
 #define TINY 1e-30f
@@ -159,7 +167,7 @@ static void backward_features(int64_t N, int64_t E, const float *H, const float 
 static int forward_one(int64_t N, int64_t E, int64_t K, float tau, const float *H, const float *beta,
                       const float *alpha, const uint8_t *valid, float *S, float *L, int64_t *P,
                       float *PG, uint8_t *OK, float *G, float *C, float *R, uint8_t *AV, float *c,
-                      float *r, uint8_t *avail, float *g) {
+                      float *r, uint8_t *avail, float *g, const float *zeros) {
     memset(c, 0, sizeof(float) * E);
     for (int64_t n = 0; n < N; n++) {
         r[n] = 1.0f;
@@ -170,8 +178,9 @@ static int forward_one(int64_t N, int64_t E, int64_t K, float tau, const float *
         memcpy(C + k * E, c, sizeof(float) * E);
         memcpy(R + k * N, r, sizeof(float) * N);
         memcpy(AV + k * N, avail, N);
-        float base = 0.0f;
-        for (int64_t e = 0; e < E; e++) base += alpha[e] * sqrtf(c[e]);
+        /* sum_e alpha[e] sqrt(c[e]) through the gains' own root function, so that an all-zero
+         * row gains exactly 0 */
+        const float base = root_sum(E, alpha, c, zeros);
         for (int64_t n = 0; n < N; n++) {
             g[n] = root_sum(E, alpha, c, H + n * E) - base + (beta ? beta[n] : 0.0f);
             G[k * N + n] = valid[n] ? g[n] : 0.0f;
@@ -244,7 +253,7 @@ static void backward_one(int64_t N, int64_t E, int64_t K, float tau, const float
             float d = dl * inv_tau;
             if (dG && valid[n]) d += dG[k * N + n];
             if (dPG && OK[k] && P[k] == n) d += dPG[k];
-            if (r[n] > TINY) dr[n] += dl / r[n];
+            if (r[n] >= TINY) dr[n] += dl / r[n]; /* clamp_min(r, 1e-30)'s gradient */
             dg[n] = d;
             dbeta[n] += d;
             sdg += d;
@@ -273,7 +282,8 @@ int64_t scmm_soft_forward(int64_t B, int64_t N, int64_t E, int64_t K, float tau,
     int64_t bad = 0;
 #pragma omp parallel reduction(+ : bad)
     {
-        float *work = malloc(sizeof(float) * (E + 2 * N) + N);
+        /* c (E), r (N), g (N), zeros (E), then avail (N bytes) */
+        float *work = calloc(1, sizeof(float) * (2 * E + 2 * N) + N);
         if (!work) bad = -B - 1;
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < B; b++) {
@@ -281,7 +291,8 @@ int64_t scmm_soft_forward(int64_t B, int64_t N, int64_t E, int64_t K, float tau,
             const int64_t kn = b * K * N;
             bad += forward_one(N, E, K, tau, H + b * N * E, beta ? beta + b * N : NULL, alpha, valid + b * N,
                                S + kn, L + kn, P + b * K, PG + b * K, OK + b * K, G + kn, C + b * K * E, R + kn,
-                               AV + kn, work, work + E, (uint8_t *)(work + E + 2 * N), work + E + N);
+                               AV + kn, work, work + E, (uint8_t *)(work + 2 * E + 2 * N), work + E + N,
+                               work + E + 2 * N);
         }
         free(work);
     }
@@ -297,14 +308,16 @@ int64_t scmm_soft_backward(int64_t B, int64_t N, int64_t E, int64_t K, float tau
                            const float *dS, const float *dL, const float *dG, const float *dPG, float *dH,
                            float *dbeta, float *dalpha) {
     int64_t failed = 0;
-    memset(dalpha, 0, sizeof(float) * E);
+    /* each thread's share of dalpha, added up in thread order afterwards: the same bits
+     * for the same number of threads */
+    const int threads = max_threads();
+    float *shares = calloc((size_t)threads * (size_t)E, sizeof(float));
+    if (!shares) return -1;
 #pragma omp parallel reduction(+ : failed)
     {
-        /* work space, then this thread's share of dalpha */
-        float *work = malloc(sizeof(float) * (5 * E + 2 * N));
-        float *da = work ? work + 4 * E + 2 * N : NULL;
+        float *work = malloc(sizeof(float) * (4 * E + 2 * N));
+        float *da = shares + (size_t)thread_index() * (size_t)E;
         if (!work) failed = 1;
-        else memset(da, 0, sizeof(float) * E);
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < B; b++) {
             if (!work) continue;
@@ -314,11 +327,11 @@ int64_t scmm_soft_backward(int64_t B, int64_t N, int64_t E, int64_t K, float tau
                          dPG ? dPG + b * K : NULL, dH + b * N * E, dbeta + b * N, da, work, work + E,
                          work + 2 * E, work + 3 * E, work + 3 * E + N, work + 3 * E + 2 * N);
         }
-        if (work) {
-#pragma omp critical
-            for (int64_t e = 0; e < E; e++) dalpha[e] += da[e];
-        }
         free(work);
     }
+    memset(dalpha, 0, sizeof(float) * E);
+    for (int t = 0; t < threads; t++)
+        for (int64_t e = 0; e < E; e++) dalpha[e] += shares[(size_t)t * (size_t)E + e];
+    free(shares);
     return failed ? -1 : 0;
 }

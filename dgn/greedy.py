@@ -739,7 +739,7 @@ def soft_greedy_select(
             if not isinstance(obj, SCMM):
                 raise ValueError(f"compile=True supports SCMM objectives, got {type(obj).__name__}")
             parts = None
-            if relaxation == "soft" and obj.concave == "sqrt":
+            if relaxation == "soft" and type(obj) is SCMM and obj.concave == "sqrt":  # not subclasses
                 parts = _kernels.soft_layers(feats, obj.weights(feats), valid, mod, tau, k)
             if parts is None:
                 parts = _run_fused(_soft_compiled(), feats, obj, valid, mod, tau, k, relaxation, True,

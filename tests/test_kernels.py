@@ -220,3 +220,57 @@ def test_soft_greedy_select_compile_keeps_its_contract_for_float32():
     b = soft_greedy_select(H[0], 4, objective, tau=2.0, modular=beta[0])
     assert a.indices.shape == (4,) and torch.equal(a.indices, b.indices)
     torch.testing.assert_close(a.distributions, b.distributions, rtol=1e-5, atol=1e-6)
+
+
+@needs_kernel
+def test_kernel_splits_the_batch_over_threads_with_the_same_results():
+    """With 2 OpenMP threads (the suite runs with 1) the batch is split between them; the
+    outputs equal the 1-thread run's exactly and the gradients to rounding (the weights'
+    gradient is summed per thread, then in thread order)."""
+    H, beta, objective = _problem(9, 20, 40, seed=13)
+    mask = torch.rand(9, 20, generator=torch.Generator().manual_seed(2)) > 0.2
+    before = torch.get_num_threads()
+    runs = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            runs.append(_run(H, beta, objective, mask, 3.0, 6, kernel=True))
+    finally:
+        torch.set_num_threads(before)
+    (one, g1), (two, g2) = runs
+    for a, b in zip(one, two, strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+@needs_kernel
+def test_kernel_outputs_may_be_edited_in_place_and_second_derivatives_raise():
+    """As with the eager layers, editing the outputs or the mask in place before backward
+    is allowed (the kernel keeps its own copies); a second derivative through the kernel
+    raises instead of silently dropping its part."""
+    H, beta, objective = _problem(3, 6, 8, seed=17)
+    mask = torch.ones(3, 6, dtype=torch.bool)
+    feats = H.clone().requires_grad_(True)
+    out = soft_greedy_select(feats, 3, objective, tau=2.0, mask=mask, modular=beta, compile=True)
+    loss = out.logits[:, 0].logsumexp(-1).sum() + out.gains.sum()
+    out.distributions.mul_(2.0)
+    out.indices.clamp_(min=0)
+    mask[0, 0] = False
+    loss.backward()
+    assert feats.grad is not None and torch.isfinite(feats.grad).all()
+    feats2 = H.clone().requires_grad_(True)
+    again = soft_greedy_select(feats2, 3, objective, tau=2.0, modular=beta, compile=True)
+    with pytest.raises(RuntimeError, match="no second derivative; use compile=False"):
+        torch.autograd.grad(again.gains.sum(), feats2, create_graph=True)
+
+
+@needs_kernel
+def test_kernel_gives_a_zero_row_exactly_zero_gain():
+    """A candidate whose features are all zero adds nothing to the coverage: its gain is
+    exactly 0 at every layer (as in the eager layers), not a rounding residue."""
+    H, _, objective = _problem(2, 7, 37, seed=19, modular=False)
+    H[:, 3] = 0.0
+    out = _kernels.soft_layers(H, objective.weights(H), torch.ones(2, 7, dtype=torch.bool), None, 2.0, 4)
+    assert out is not None
+    assert torch.equal(out[5][:, :, 3], torch.zeros(2, 4))
