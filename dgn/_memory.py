@@ -3,14 +3,14 @@
 A training step allocates and frees the same few-megabyte tensors every step (activations,
 gradients, the relaxed layers' outputs). glibc's malloc hands blocks that large back to the
 kernel when they are freed (``munmap``, or trimming the top of the heap), so the next step
-takes a page fault on every 4 KiB page it touches again: about 1,600 to 2,500 faults a
-step at the shape of ``benchmarks/train_speed.py``, each about 1.6 us on the 2-core
-machine measured, a fifth or more of the step. Raising malloc's mmap and trim thresholds
-keeps the pages mapped for reuse. Peak memory barely moves (freed memory is reused by
-later allocations, not added to: 338 against 337 MiB over 600 training steps of varying
-shapes), but memory freed after the peak goes back to the system only when the process
-ends. PyTorch's CPU performance guide suggests jemalloc or
-tcmalloc for the same reason; this needs neither.
+takes a page fault on every 4 KiB page it touches again: 1,200 to 2,700 faults a step
+at the shape of ``benchmarks/train_speed.py``, about 0.7 us each on the 2-core machine
+measured (``python benchmarks/train_overheads.py``), 1 to 2 ms of a 15 ms step. Raising
+malloc's mmap and trim thresholds keeps the pages mapped for reuse. Peak memory barely
+moves (freed memory is reused by later allocations, not added to: 342 against 339 MiB
+over 600 training steps of varying shapes, same command), but memory freed after the
+peak goes back to the system only when the process ends. PyTorch's CPU performance guide
+suggests jemalloc or tcmalloc for the same reason; this needs neither.
 """
 
 from __future__ import annotations

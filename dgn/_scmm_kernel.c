@@ -224,7 +224,7 @@ static int forward_one(int64_t N, int64_t E, int64_t K, float tau, const float *
 }
 
 /* dH (N, E) and dbeta (N) are written; dalpha (E) is accumulated into. dS, dL, dG (K, N)
- * and dPG (K) may be NULL (no gradient). Work space: dc, dcn, sqc (E), dr, dg (N). */
+ * and dPG (K) may be NULL (no gradient). Work space: dc, dcn, sqc, ha (E), dr, dg (N). */
 static void backward_one(int64_t N, int64_t E, int64_t K, float tau, const float *H, const float *alpha,
                         const uint8_t *valid, const float *S, const float *C, const float *R,
                         const uint8_t *AV, const int64_t *P, const uint8_t *OK, const float *dS,

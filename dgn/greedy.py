@@ -706,9 +706,10 @@ def soft_greedy_select(
             ``SCMM("sqrt")`` with the ``soft`` relaxation on float32 CPU tensors, a
             hand-written C kernel (forward and hand-derived backward, one pass over the
             features a layer; built once per machine at first use, in about a second, and
-            cached under ``$DGN_CACHE_DIR``); otherwise one graph built by
-            ``torch.compile`` (forward and backward fused into a few kernels; the first
-            call of a process, and of each new shape, compiles it: tens of seconds on CPU).
+            cached in ``kernels`` under ``$DGN_CACHE_DIR``, else ``~/.cache/dgn``); otherwise
+            one graph built by ``torch.compile`` (forward and backward fused into a few
+            kernels; the first call of a process, and of each new shape, compiles it: tens
+            of seconds on CPU).
             Either needs a C compiler. Values and gradients equal the uncompiled ones up to
             float rounding.
 

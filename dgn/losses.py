@@ -151,8 +151,7 @@ def layerwise_cross_entropy(
     _check(states, gold, "gold", from_logits)
     B, K, N = states.shape
     logp = _log_probs(states, from_logits)  # (B, K, N)
-    picks = _picks(states, indices, from_logits)
-    open_gold = gold.bool().unsqueeze(1) & _unpicked_before(picks, N)  # (B, K, N)
+    open_gold = gold.bool().unsqueeze(1) & _unpicked_before(_picks(states, indices, from_logits), N)  # (B, K, N)
     terms = torch.where(open_gold, -logp, torch.zeros_like(logp))
     return _reduce(terms.sum(dim=(1, 2)), reduction)
 

@@ -90,8 +90,9 @@ class TrainConfig:
             ``torch.compile``'d graph (tens of seconds at the first batch, and again when
             ``tau_decay`` changes the temperature); dev evaluation with the compiled
             hard-greedy kernel. The same values up to float rounding, about twice the
-            training throughput at 64 problems of 40 candidates. Adam then runs fused (``torch.optim.Adam(fused=True)``: one
-            kernel for all parameters' updates), the same update up to float rounding.
+            training throughput at 64 problems of 40 candidates. Adam then runs fused
+            (``torch.optim.Adam(fused=True)``: one kernel for all parameters' updates), the
+            same update up to float rounding.
             Encoder scorers get the fused Adam only.
     """
 
@@ -320,7 +321,7 @@ def train_model(
 
     On Linux (glibc) the first call raises malloc's mmap and trim thresholds for the
     process, so that memory freed by one step is reused by the next instead of returned to
-    the system and faulted in again (a fifth to a third of a step's time at the shape of
+    the system and faulted in again (1 to 2 ms of a 15 ms step at the shape of
     ``benchmarks/train_speed.py``); ``DGN_RETAIN_MEMORY=0`` in the environment turns this off.
 
     Raises:
