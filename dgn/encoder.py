@@ -34,6 +34,23 @@ def _check_sizes(in_features: int, hidden_features: int, out_features: int, drop
         raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
 
 
+def _encode(module: Encoder | DeepEncoder, x: Tensor, mask: Tensor | None) -> Tensor:
+    """The shared forward pass: checks, then the fused path where it applies, else the layers."""
+    _check_input(x, module.in_features)
+    if mask is not None and tuple(mask.shape) != tuple(x.shape[:-1]):
+        raise ValueError(f"encoder mask must have shape {tuple(x.shape[:-1])}, got {tuple(mask.shape)}")
+    if module.fused and not (module.training and any(isinstance(m, nn.Dropout) and m.p > 0 for m in module.net)):
+        from dgn import _kernels
+
+        out = _kernels.relu_mlp(x, [m for m in module.net if isinstance(m, nn.Linear)], mask)
+        if out is not None:
+            return out
+    H = module.net(x)
+    if mask is not None:
+        H = H * mask.unsqueeze(-1).to(H.dtype)
+    return H  # type: ignore[no-any-return]
+
+
 def _check_input(x: Tensor, in_features: int) -> None:
     if not isinstance(x, Tensor) or not torch.is_floating_point(x):
         got = f"{x.dtype} tensor" if isinstance(x, Tensor) else type(x).__name__
@@ -70,10 +87,18 @@ class Encoder(nn.Module):
         self.in_features = in_features
         self.out_features = out_features
         self.net = _relu_mlp([in_features, hidden_features, out_features], dropout)
+        #: Run the layers through :mod:`dgn._kernels` (default False; ``TrainConfig.compile``
+        #: sets it while training): float32 on the CPU, oneDNN's linear layer with the ReLU
+        #: fused where torch has it, and one C pass a layer for each ReLU's backward (its
+        #: mask, the bias gradient, and the weight gradient's operand laid out transposed).
+        #: The same values up to float rounding; other dtypes and devices, and dropout in
+        #: training mode, run the plain layers.
+        self.fused = False
 
-    def forward(self, x: Tensor) -> Tensor:
-        _check_input(x, self.in_features)
-        return self.net(x)  # type: ignore[no-any-return]
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``x (*, F)`` to ``(*, E)``; with ``mask`` (``x.shape[:-1]``, bool), rows where it is
+        False come out as zeros."""
+        return _encode(self, x, mask)
 
 
 class DeepEncoder(nn.Module):
@@ -98,7 +123,15 @@ class DeepEncoder(nn.Module):
         self.in_features = in_features
         self.out_features = out_features
         self.net = _relu_mlp([in_features, hidden_features, hidden_features, out_features], dropout)
+        #: Run the layers through :mod:`dgn._kernels` (default False; ``TrainConfig.compile``
+        #: sets it while training): float32 on the CPU, oneDNN's linear layer with the ReLU
+        #: fused where torch has it, and one C pass a layer for each ReLU's backward (its
+        #: mask, the bias gradient, and the weight gradient's operand laid out transposed).
+        #: The same values up to float rounding; other dtypes and devices, and dropout in
+        #: training mode, run the plain layers.
+        self.fused = False
 
-    def forward(self, x: Tensor) -> Tensor:
-        _check_input(x, self.in_features)
-        return self.net(x)  # type: ignore[no-any-return]
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``x (*, F)`` to ``(*, E)``; with ``mask`` (``x.shape[:-1]``, bool), rows where it is
+        False come out as zeros."""
+        return _encode(self, x, mask)

@@ -250,7 +250,9 @@ class DGN(nn.Module):
 
     def encode(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         """``(B, N, F) -> (B, N, E)`` nonnegative encoding; padding rows are zeroed."""
-        H = self.encoder(features)
+        if isinstance(self.encoder, (Encoder, DeepEncoder)):
+            return self.encoder(features, mask)  # type: ignore[no-any-return]
+        H = self.encoder(features)  # an encoder of the user's own
         if mask is not None:
             H = H * mask.unsqueeze(-1).to(H.dtype)
         return H  # type: ignore[no-any-return]

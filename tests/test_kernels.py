@@ -274,3 +274,214 @@ def test_kernel_gives_a_zero_row_exactly_zero_gain():
     out = _kernels.soft_layers(H, objective.weights(H), torch.ones(2, 7, dtype=torch.bool), None, 2.0, 4)
     assert out is not None
     assert torch.equal(out[5][:, :, 3], torch.zeros(2, 4))
+
+
+# ---------------------------------------------------------------- the fused encoder
+
+
+def _relu_backward(G, Y, rows=True, transposed=True, in_place=False, lib=None):
+    lib = lib or _kernels._library()
+    R, C = G.shape
+    G = G.clone()
+    out = G if in_place else (torch.full_like(G, float("nan")) if rows else None)
+    outT = torch.full((C, R), float("nan")) if transposed else None
+    db = torch.full((C,), float("nan"))
+    ptr = _kernels._ptr
+    assert lib.relu_backward(R, C, G.data_ptr(), Y.data_ptr(), ptr(out), ptr(outT), db.data_ptr()) == 0
+    return out, outT, db
+
+
+@needs_kernel
+@pytest.mark.parametrize(("R", "C"), [(64, 48), (2560, 300), (37, 21), (16, 16), (5, 3), (33, 130)])
+def test_relu_backward_kernel_masks_transposes_and_sums(R, C):
+    """The C pass of a ReLU's backward against torch: the masked gradient exactly, in rows
+    and transposed (whole 16 x 16 tiles, and the edges outside them), the bias gradient
+    against a float64 sum; written in place over the incoming gradient too."""
+    gen = torch.Generator().manual_seed(R * 1000 + C)
+    G = torch.randn(R, C, generator=gen)
+    Y = torch.relu(torch.randn(R, C, generator=gen))
+    Y[: R // 2, : C // 3] = 0.0
+    want = torch.where(Y > 0, G, torch.zeros(()))
+    for rows, transposed, in_place in ((True, True, False), (True, False, False), (False, True, False),
+                                       (True, True, True), (False, False, False)):
+        out, outT, db = _relu_backward(G, Y, rows, transposed, in_place)
+        if rows or in_place:
+            assert torch.equal(out, want)
+        if transposed:
+            assert torch.equal(outT, want.t())
+        # float32 sums of R terms: error to about R * 1e-7 of the terms' size
+        torch.testing.assert_close(db.double(), want.double().sum(0), rtol=1e-5, atol=R * 2e-7)
+
+
+@needs_kernel
+def test_relu_backward_kernel_without_avx512_and_with_two_threads(tmp_path):
+    """The portable build (GCC vector types, no AVX-512 transposes) gives the same masked
+    and transposed gradient; with 2 OpenMP threads the rows are split and the result is the
+    same (the bias gradient to rounding)."""
+    import ctypes
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    so = tmp_path / "relu_plain.so"
+    subprocess.run([cc, "-O2", "-fPIC", "-shared", "-o", str(so), str(_kernels._SOURCES[1])], check=True)
+    plain = ctypes.CDLL(str(so))
+    plain.relu_backward.restype = ctypes.c_int64
+    plain.relu_backward.argtypes = [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 5
+    gen = torch.Generator().manual_seed(11)
+    G, Y = torch.randn(83, 70, generator=gen), torch.relu(torch.randn(83, 70, generator=gen))
+    want = torch.where(Y > 0, G, torch.zeros(()))
+    out, outT, db = _relu_backward(G, Y, lib=plain)
+    assert torch.equal(out, want) and torch.equal(outT, want.t())
+    torch.testing.assert_close(db, want.sum(0), rtol=1e-5, atol=1e-5)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        out2, outT2, db2 = _relu_backward(G, Y)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(out2, want) and torch.equal(outT2, want.t())
+    torch.testing.assert_close(db2, want.sum(0), rtol=1e-5, atol=1e-5)
+
+
+def _encoder(deep, F, Hd, E, seed, dropout=0.0):
+    from dgn.encoder import DeepEncoder, Encoder
+
+    torch.manual_seed(seed)
+    return (DeepEncoder if deep else Encoder)(F, Hd, E, dropout)
+
+
+def _encode_grads(enc, x, mask, fused, wrt_x):
+    """The encoder's output and the gradients of a weighted sum of it."""
+    enc.fused = fused
+    x = x.clone().requires_grad_(wrt_x)
+    H = enc(x, mask)
+    w = torch.randn(H.shape, generator=torch.Generator().manual_seed(7)).to(H.dtype)
+    inputs = [p for p in enc.parameters() if p.requires_grad] + ([x] if wrt_x else [])
+    return H.detach(), torch.autograd.grad((H * w).sum(), inputs)
+
+
+@needs_kernel
+@pytest.mark.parametrize("onednn", [True, False])
+@pytest.mark.parametrize(
+    ("deep", "B", "N", "F", "Hd", "E", "wrt_x"),
+    [
+        (False, 4, 40, 300, 300, 128, False),  # the benchmark's widths
+        (False, 3, 7, 21, 37, 19, True),  # widths and rows (21) off the 16 x 16 tiles
+        (True, 5, 9, 33, 48, 16, True),  # three layers
+    ],
+)
+def test_fused_encoder_equals_the_layers(deep, B, N, F, Hd, E, wrt_x, onednn, monkeypatch):
+    """Encoder.fused gives nn.Linear + nn.ReLU's outputs and gradients (weights, biases and,
+    when asked, the input) to float rounding, padding rows zeroed, through oneDNN and
+    through torch's own products; both against a float64 run of the plain layers."""
+    if not onednn:
+        monkeypatch.setattr(_kernels, "_onednn", lambda: None)
+    elif _kernels._onednn() is None:
+        pytest.skip("this torch has no oneDNN linear layer")
+    enc = _encoder(deep, F, Hd, E, seed=B + N)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(B, N, F, generator=gen)
+    mask = torch.rand(B, N, generator=gen) > 0.25
+    mask[0] = False  # a problem with no candidate
+    calls = []
+    monkeypatch.setattr(_kernels._ReluMLP, "apply", _counted(_kernels._ReluMLP.apply, calls))
+    H1, g1 = _encode_grads(enc, x, mask, True, wrt_x)
+    assert len(calls) == 1, "the fused path did not run"
+    H0, g0 = _encode_grads(enc, x, mask, False, wrt_x)
+    assert len(calls) == 1
+    assert torch.equal(H1[~mask], torch.zeros_like(H1[~mask]))
+    torch.testing.assert_close(H1, H0, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g1, g0, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    H64, g64 = _encode_grads(enc.double(), x.double(), mask, False, wrt_x)
+    torch.testing.assert_close(H1.double(), H64, rtol=1e-4, atol=1e-4)
+    for a, b in zip(g1, g64, strict=True):
+        torch.testing.assert_close(a.double(), b, rtol=1e-3, atol=1e-3)
+
+
+def _counted(fn, calls):
+    def wrapper(*args):
+        calls.append(1)
+        return fn(*args)
+    return wrapper
+
+
+@needs_kernel
+def test_fused_encoder_leaves_frozen_layers_and_other_cases_to_the_plain_path(monkeypatch):
+    """Frozen layers get no gradient and the others theirs; float64, dropout in training
+    mode and empty input run the plain layers (the same bits); without a mask nothing is
+    zeroed."""
+    enc = _encoder(False, 12, 20, 8, seed=0)
+    x = torch.randn(3, 5, 12)
+    enc.net[0].weight.requires_grad_(False)
+    enc.net[0].bias.requires_grad_(False)
+    H1, g1 = _encode_grads(enc, x, None, True, False)
+    H0, g0 = _encode_grads(enc, x, None, False, False)
+    assert len(g1) == 2
+    for a, b in zip(g1, g0, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(H1, H0)
+
+    calls = []
+    monkeypatch.setattr(_kernels._ReluMLP, "apply", _counted(_kernels._ReluMLP.apply, calls))
+    dropped = _encoder(False, 12, 20, 8, seed=0, dropout=0.5).train()
+    dropped.fused = True
+    torch.manual_seed(5)
+    a = dropped(x)
+    dropped.fused = False
+    torch.manual_seed(5)
+    assert torch.equal(a, dropped(x)) and not calls
+    dropped.eval().fused = True
+    dropped(x)  # eval mode: no dropout, so the fused path
+    assert len(calls) == 1
+    enc64 = _encoder(False, 12, 20, 8, seed=0).double()
+    enc64.fused = True
+    assert torch.equal(enc64(x.double()), _encoder(False, 12, 20, 8, seed=0).double()(x.double()))
+    assert enc64(torch.empty(0, 12, dtype=torch.float64)).shape == (0, 8)
+    assert enc.eval()(torch.empty(0, 12)).shape == (0, 8) and len(calls) == 1
+    with pytest.raises(ValueError, match="mask must have shape"):
+        enc(x, torch.ones(3, 4, dtype=torch.bool))
+
+
+@needs_kernel
+def test_fused_encoder_output_edits_and_second_derivatives_raise():
+    """Editing the output in place before backward is refused (autograd's check on saved
+    tensors), as is a second derivative."""
+    enc = _encoder(False, 6, 10, 4, seed=1)
+    enc.fused = True
+    x = torch.randn(2, 3, 6, requires_grad=True)
+    H = enc(x)
+    H.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        H.sum().backward()
+    H = enc(x)
+    with pytest.raises(RuntimeError, match="no second derivative"):
+        torch.autograd.grad(H.pow(2).sum(), x, create_graph=True)
+
+
+@needs_kernel
+def test_train_compile_fuses_the_encoder_and_restores_it(monkeypatch):
+    """TrainConfig.compile (train_model's _compiled_layers) runs the DGN's encoder fused and
+    its greedy layers compiled while training, then gives the model its own settings back;
+    an encoder scorer gets the fused encoder too."""
+    from dgn.baselines import EncoderScorer
+    from dgn.model import DGN, DGNConfig
+    from dgn.train import _compiled_layers
+
+    calls = []
+    monkeypatch.setattr(_kernels._ReluMLP, "apply", _counted(_kernels._ReluMLP.apply, calls))
+    model = DGN(DGNConfig(in_features=5, hidden_features=8, encoded_features=4, steps=2)).train()
+    x = torch.randn(3, 6, 5)
+    with _compiled_layers(model, True):
+        assert model.encoder.fused and model.greedy.compile
+        model(x).logits.sum().backward()
+    assert len(calls) == 1 and model.encoder.fused is False and model.greedy.compile is False
+    with _compiled_layers(model, False):
+        model(x)
+    assert len(calls) == 1
+    scorer = EncoderScorer(5, 8, 4)
+    with _compiled_layers(scorer, True):
+        scorer(x)
+    assert len(calls) == 2 and scorer.encoder.fused is False

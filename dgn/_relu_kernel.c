@@ -1,0 +1,140 @@
+/* The encoder's ReLU layers, backward: one pass over a layer's (R, C) output gradient that
+ * applies the ReLU's mask, sums the bias gradient and writes the masked gradient in the
+ * layout each following matrix product wants (rows for the input gradient, transposed for
+ * the weight gradient), where PyTorch's eager path makes a pass for the mask, one for the
+ * bias sum and lets the weight-gradient product read a transposed operand. Built with
+ * _scmm_kernel.c into one library by dgn._kernels; tests/test_kernels.py checks it against
+ * autograd through nn.Linear and nn.ReLU.
+ *
+ *   Z[r, c]     = G[r, c] if Y[r, c] > 0 else 0        (Y: the ReLU's output)
+ *   out         = Z          (R, C), when out is not NULL (it may be G itself)
+ *   outT        = Z^T        (C, R), when outT is not NULL
+ *   db[c]       = sum_r Z[r, c]
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+#if defined(_OPENMP)
+#include <omp.h>
+static int relu_max_threads(void) { return omp_get_max_threads(); }
+static int relu_thread_index(void) { return omp_get_thread_num(); }
+#else
+static int relu_max_threads(void) { return 1; }
+static int relu_thread_index(void) { return 0; }
+#endif
+
+/* A tile is TW x TW floats: TW rows of TW columns, one vector a row. */
+#define TW 16
+typedef float tvf __attribute__((vector_size(4 * TW)));
+typedef int32_t tvi __attribute__((vector_size(4 * TW)));
+
+static inline tvf tload(const float *p) {
+    tvf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void tstore(float *p, tvf v) { memcpy(p, &v, sizeof v); }
+
+/* Write the transpose of the tile v (row i = v[i]) at outT[j * R], j = 0..TW-1. */
+static inline void store_transposed(tvf *v, float *outT, int64_t R) {
+#if defined(__AVX512F__)
+    __m512 r[TW], t[TW];
+    memcpy(r, v, sizeof r);
+    /* interleave pairs of rows, then pairs of pairs: r[4i + j] holds, in its 128-bit lane
+     * L, column 4L + j of rows 4i .. 4i + 3 */
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    /* gather lane L of the four row groups: column 4L + j */
+    for (int j = 0; j < 4; j++) {
+        const __m512 ab02 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);
+        const __m512 ab13 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);
+        const __m512 cd02 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);
+        const __m512 cd13 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);
+        _mm512_storeu_ps(outT + (int64_t)j * R, _mm512_shuffle_f32x4(ab02, cd02, 0x88));
+        _mm512_storeu_ps(outT + (int64_t)(8 + j) * R, _mm512_shuffle_f32x4(ab02, cd02, 0xdd));
+        _mm512_storeu_ps(outT + (int64_t)(4 + j) * R, _mm512_shuffle_f32x4(ab13, cd13, 0x88));
+        _mm512_storeu_ps(outT + (int64_t)(12 + j) * R, _mm512_shuffle_f32x4(ab13, cd13, 0xdd));
+    }
+#else
+    float tile[TW][TW];
+    memcpy(tile, v, sizeof tile);
+    for (int j = 0; j < TW; j++) {
+        tvf col;
+        for (int i = 0; i < TW; i++) col[i] = tile[i][j];
+        tstore(outT + (int64_t)j * R, col);
+    }
+#endif
+}
+
+/* One element (the edges of the matrix, outside whole tiles). */
+static inline void relu_grad_one(int64_t R, int64_t C, int64_t r, int64_t c, const float *G, const float *Y,
+                                 float *out, float *outT, float *db) {
+    const float z = Y[r * C + c] > 0.0f ? G[r * C + c] : 0.0f;
+    db[c] += z;
+    if (out) out[r * C + c] = z;
+    if (outT) outT[c * R + r] = z;
+}
+
+/* Rows are split over the OpenMP threads (torch's runtime) in blocks of TW; each thread
+ * sums its bias gradient apart and the shares are added in thread order, so the same
+ * number of threads gives the same bits. Returns 0, or -1 when out of memory. */
+int64_t relu_backward(int64_t R, int64_t C, const float *G, const float *Y, float *out, float *outT, float *db) {
+    const int threads = relu_max_threads();
+    float *shares = calloc((size_t)threads * (size_t)C, sizeof(float));
+    if (!shares) return -1;
+    const int64_t blocks = (R + TW - 1) / TW;
+#pragma omp parallel
+    {
+        float *share = shares + (size_t)relu_thread_index() * (size_t)C;
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < blocks; b++) {
+            const int64_t r0 = b * TW;
+            if (r0 + TW > R) { /* the last rows */
+                for (int64_t r = r0; r < R; r++)
+                    for (int64_t c = 0; c < C; c++) relu_grad_one(R, C, r, c, G, Y, out, outT, share);
+                continue;
+            }
+            int64_t c0 = 0;
+            for (; c0 + TW <= C; c0 += TW) {
+                tvf z[TW];
+                tvf sum = tload(share + c0);
+                for (int i = 0; i < TW; i++) {
+                    const int64_t at = (r0 + i) * C + c0;
+                    const tvi on = tload(Y + at) > 0.0f;
+                    z[i] = (tvf)(on & (tvi)tload(G + at));
+                    sum += z[i];
+                    if (out) tstore(out + at, z[i]);
+                }
+                tstore(share + c0, sum);
+                if (outT) store_transposed(z, outT + c0 * R + r0, R);
+            }
+            for (int64_t r = r0; r < r0 + TW; r++) /* the last columns */
+                for (int64_t c = c0; c < C; c++) relu_grad_one(R, C, r, c, G, Y, out, outT, share);
+        }
+    }
+    memset(db, 0, sizeof(float) * (size_t)C);
+    for (int t = 0; t < threads; t++)
+        for (int64_t c = 0; c < C; c++) db[c] += shares[(size_t)t * (size_t)C + c];
+    free(shares);
+    return 0;
+}
+
+/* Zero the rows r of the (R, C) matrix Y where valid[r] is 0 (padding candidates). */
+void zero_rows(int64_t R, int64_t C, float *Y, const uint8_t *valid) {
+    for (int64_t r = 0; r < R; r++)
+        if (!valid[r]) memset(Y + r * C, 0, sizeof(float) * (size_t)C);
+}
