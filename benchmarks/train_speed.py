@@ -25,8 +25,8 @@ and one random gold sentence a problem (speed does not depend on the values).
   ``soft``) in the hand-written kernel of :mod:`dgn._kernels` where it builds, else
   through ``torch.compile``; the line under the heading says which.
 * A shared machine's speed drifts by 10 to 20% over a minute, so the peak is also timed
-  right before each block of training steps and the share against it reported (the
-  median over blocks), and once more after the runs.
+  right before and right after each block of training steps and the share against their
+  mean reported (the median over blocks), and once more after the runs.
 * Throughput: claims per second over ``--steps`` steps after warm-up, median of
   ``--repeats`` runs; the phase profile times encoder forward, greedy layers (the rest of
   the forward pass), loss, backward and the optimizer step separately, synchronously.
@@ -152,21 +152,22 @@ def run(config: Any, B: int, N: int, args: argparse.Namespace, peak: float, laye
     useful = (4 * F * Hd + 6 * (Hd * E + E)) * N  # FLOPs per claim per step
     faults, rates, shares = 0, [], []
     for _ in range(args.repeats):
-        beside = shaped_peak(2048, 2048, 2048, repeats=3)  # the peak right before this block
+        before = shaped_peak(2048, 2048, 2048, repeats=3)  # the peak right before this block
         faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start = time.perf_counter()
         for _ in range(args.steps):
             step()
         rates.append(args.steps * B / (time.perf_counter() - start))
         faults += resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
-        shares.append(rates[-1] * useful / beside)
+        after = shaped_peak(2048, 2048, 2048, repeats=3)  # and right after it
+        shares.append(rates[-1] * useful / ((before + after) / 2))
     claims_per_s = statistics.median(rates)
     rate = claims_per_s * useful
     print(f"training: {claims_per_s:,.0f} claims/s (median of {args.repeats} x {args.steps} steps of {B} claims, "
           f"N = {N}); {faults / (args.repeats * args.steps):,.0f} page faults a step")
     print(f"useful dense FLOPs: {rate / 1e9:.1f} GFLOP/s = {100 * rate / peak:.0f}% of the 2048^3 peak timed first, "
           f"{100 * rate / layer_peak:.0f}% of the peak at the encoder's shapes; "
-          f"{100 * statistics.median(shares):.0f}% of the 2048^3 peak timed right before each block (median)")
+          f"{100 * statistics.median(shares):.0f}% of the 2048^3 peak timed around each block (median)")
 
     if args.profile:
         from torch.profiler import profile

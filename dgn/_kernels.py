@@ -115,9 +115,9 @@ def _library() -> ctypes.CDLL | None:
     lib.scmm_soft_backward.restype = i64
     lib.scmm_soft_backward.argtypes = [i64, i64, i64, i64, f32] + [p] * 16
     lib.relu_backward.restype = i64
-    lib.relu_backward.argtypes = [i64, i64] + [p] * 5
-    lib.zero_rows.restype = None
-    lib.zero_rows.argtypes = [i64, i64, p, p]
+    lib.relu_backward.argtypes = [i64, i64] + [p] * 8
+    lib.last_layer.restype = None
+    lib.last_layer.argtypes = [i64, i64, p, p, p, f32, p]
     return lib
 
 
@@ -247,10 +247,12 @@ def _matmul_t(a: Tensor, b: Tensor) -> Tensor:
 class _ReluMLP(torch.autograd.Function):
     """Linear + ReLU layers on rows: ``x (R, F)``, then ``params = (W1, b1, W2, b2, ...)``
     (``W (out, in)``); the rows where the ``(R,)`` uint8 ``valid`` is 0 are zeroed at the end
-    (``valid`` None: no row is)."""
+    (``valid`` None: no row is). With a head (``head_w (1, E)``, ``head_b (1,)``) it also
+    returns ``z = H head_w^T + head_b``, ``(R,)``."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, valid: Tensor | None, *params: Tensor) -> Tensor:
+    def forward(ctx: Any, x: Tensor, valid: Tensor | None, head_w: Tensor | None, head_b: Tensor | None,
+                *params: Tensor) -> Tensor | tuple[Tensor, Tensor]:
         lib = _library()
         assert lib is not None
         weights = params[0::2]
@@ -258,16 +260,20 @@ class _ReluMLP(torch.autograd.Function):
         for weight, bias in zip(weights, params[1::2], strict=True):
             outputs.append(_linear_relu(outputs[-1], weight, bias))
         h = outputs[-1]
-        if valid is not None:
-            lib.zero_rows(h.shape[0], h.shape[1], h.data_ptr(), valid.data_ptr())
+        R, E = h.shape
+        w = None if head_w is None else head_w.reshape(E).contiguous()
+        z = h.new_empty(R) if w is not None else None
+        if valid is not None or w is not None:
+            lib.last_layer(R, E, h.data_ptr(), _ptr(valid), _ptr(w), 0.0 if head_b is None else float(head_b),
+                           _ptr(z))
         # outputs are saved as they are: editing them in place before backward is refused
         # by autograd's version check, as for any saved tensor
-        ctx.save_for_backward(*outputs, *weights)
+        ctx.save_for_backward(*outputs, *weights, *([] if w is None else [w]))
         ctx.layers = len(weights)
-        return h
+        return h if z is None else (h, z)
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    def backward(ctx: Any, grad: Tensor, grad_z: Tensor | None = None) -> tuple[Tensor | None, ...]:
         if torch.is_grad_enabled():
             raise RuntimeError("the fused encoder (Encoder.fused) has no second derivative; "
                                "set fused = False to differentiate twice")
@@ -275,42 +281,59 @@ class _ReluMLP(torch.autograd.Function):
         assert lib is not None
         n = ctx.layers
         saved = ctx.saved_tensors
-        outputs, weights = saved[: n + 1], saved[n + 1:]
-        needs = ctx.needs_input_grad  # x, valid, W1, b1, W2, b2, ...
+        outputs, weights, head = saved[: n + 1], saved[n + 1: 2 * n + 1], saved[2 * n + 1:]
+        needs = ctx.needs_input_grad  # x, valid, head_w, head_b, W1, b1, W2, b2, ...
         R = outputs[0].shape[0]
         grads: list[Tensor | None] = [None] * (2 * n)
+        u = None if grad_z is None else grad_z.contiguous()
+        w = head[0] if head else None
+        dw = u.new_empty(w.shape[0]) if u is not None and w is not None and needs[2] else None
+        dw_done = False
         g, owned = grad.contiguous(), False
         for layer in reversed(range(n)):
-            if not (needs[0] or any(needs[2: 4 + 2 * layer])):
+            if not (needs[0] or any(needs[4: 6 + 2 * layer])):
                 break  # nothing at or below this layer wants a gradient
-            below = needs[0] or any(needs[2: 2 + 2 * layer])  # the layer's input gradient is wanted
+            below = needs[0] or any(needs[4: 4 + 2 * layer])  # the layer's input gradient is wanted
+            last = layer == n - 1
             C = outputs[layer + 1].shape[1]
             z = (g if owned else torch.empty_like(g)) if below else None
-            zT = g.new_empty(C, R) if needs[2 + 2 * layer] else None
+            zT = g.new_empty(C, R) if needs[4 + 2 * layer] else None
             db = g.new_empty(C)
-            if lib.relu_backward(R, C, g.data_ptr(), outputs[layer + 1].data_ptr(), _ptr(z), _ptr(zT),
-                                 db.data_ptr()) < 0:
+            if lib.relu_backward(R, C, g.data_ptr(), outputs[layer + 1].data_ptr(), _ptr(u if last else None),
+                                 _ptr(w if last else None), _ptr(z), _ptr(zT), db.data_ptr(),
+                                 _ptr(dw if last else None)) < 0:
                 raise MemoryError("the ReLU kernel could not allocate its work space")
+            dw_done = dw_done or last
             if zT is not None:
                 grads[2 * layer] = _matmul_t(zT, outputs[layer].t())
-            if needs[3 + 2 * layer]:
+            if needs[5 + 2 * layer]:
                 grads[2 * layer + 1] = db
             if z is None:
                 break
             g, owned = _matmul_t(z, weights[layer].t()), True
-        return (g if needs[0] else None), None, *grads
+        if dw is not None and not dw_done:  # no pass ran: the head's weight gradient alone
+            torch.mv(outputs[-1].t(), u, out=dw)
+        head_grads = (None if dw is None else dw.view(1, -1),
+                      u.sum().view(1) if u is not None and needs[3] else None)
+        return (g if needs[0] else None), None, *head_grads, *grads
 
 
-def relu_mlp(x: Tensor, linears: list[torch.nn.Linear], valid: Tensor | None = None) -> Tensor | None:
-    """``relu(... relu(x W1^T + b1) ... W^T + b)`` over the last dimension of ``x``, rows
-    where ``valid`` (``x.shape[:-1]``, bool) is False zeroed, or None where the fused path does
-    not apply: not float32 on the CPU, a layer without bias, no rows, no kernel on this
-    machine. Matrix products through oneDNN where torch has it (:func:`_onednn`), the ReLUs'
-    backward pass through :file:`_relu_kernel.c`."""
+def relu_mlp(x: Tensor, linears: list[torch.nn.Linear], valid: Tensor | None = None,
+             head: torch.nn.Linear | None = None) -> tuple[Tensor, Tensor | None] | None:
+    """``H = relu(... relu(x W1^T + b1) ... W^T + b)`` over the last dimension of ``x``, rows
+    where ``valid`` (``x.shape[:-1]``, bool) is False zeroed, and with a ``head`` (a linear
+    layer to one output) ``z = head(H)`` squeezed to ``x.shape[:-1]``: ``(H, z or None)``, or
+    None where the fused path does not apply: not float32 on the CPU, a layer without bias,
+    no rows, no kernel on this machine. Matrix products through oneDNN where torch has it
+    (:func:`_onednn`), the ReLUs' backward pass (and the head) through
+    :file:`_relu_kernel.c`."""
     params = [t for lin in linears for t in (lin.weight, lin.bias)]
+    head_params = [] if head is None else [head.weight, head.bias]
     if x.device.type != "cpu" or x.dtype != torch.float32 or x.numel() == 0 or _library() is None:
         return None
-    if any(t is None or t.device.type != "cpu" or t.dtype != torch.float32 for t in params):
+    if any(t is None or t.device.type != "cpu" or t.dtype != torch.float32 for t in params + head_params):
+        return None
+    if head is not None and tuple(head.weight.shape) != (1, linears[-1].weight.shape[0]):
         return None
     lead = x.shape[:-1]
     rows = x.reshape(-1, x.shape[-1]).contiguous()
@@ -318,5 +341,6 @@ def relu_mlp(x: Tensor, linears: list[torch.nn.Linear], valid: Tensor | None = N
     if valid is not None:
         keep = valid.reshape(-1).to(device="cpu", dtype=torch.bool)
         keep = None if bool(keep.all()) else keep.contiguous().view(torch.uint8)
-    out = _ReluMLP.apply(rows, keep, *params)
-    return out.view(*lead, out.shape[-1])  # type: ignore[no-any-return]
+    out = _ReluMLP.apply(rows, keep, *(head_params or [None, None]), *params)
+    H, z = out if head is not None else (out, None)
+    return H.view(*lead, H.shape[-1]), (None if z is None else z.view(lead))

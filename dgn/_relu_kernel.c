@@ -2,14 +2,18 @@
  * applies the ReLU's mask, sums the bias gradient and writes the masked gradient in the
  * layout each following matrix product wants (rows for the input gradient, transposed for
  * the weight gradient), where PyTorch's eager path makes a pass for the mask, one for the
- * bias sum and lets the weight-gradient product read a transposed operand. Built with
- * _scmm_kernel.c into one library by dgn._kernels; tests/test_kernels.py checks it against
- * autograd through nn.Linear and nn.ReLU.
+ * bias sum and lets the weight-gradient product read a transposed operand. The last layer
+ * may carry a linear head z = H w + b (the DGN's modular term): its gradient u = dL/dz
+ * enters the same pass as the rank-one term u w^T, and the head's weight gradient H^T u is
+ * summed there too. Built with _scmm_kernel.c into one library by dgn._kernels;
+ * tests/test_kernels.py checks it against autograd through nn.Linear and nn.ReLU.
  *
- *   Z[r, c]     = G[r, c] if Y[r, c] > 0 else 0        (Y: the ReLU's output)
+ *   Z[r, c]     = G[r, c] + u[r] w[c] if Y[r, c] > 0 else 0   (Y: the ReLU's output;
+ *                                                              u, w: the head, or none)
  *   out         = Z          (R, C), when out is not NULL (it may be G itself)
  *   outT        = Z^T        (C, R), when outT is not NULL
  *   db[c]       = sum_r Z[r, c]
+ *   dw[c]       = sum_r Y[r, c] u[r]                           (with a head)
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -82,59 +86,95 @@ static inline void store_transposed(tvf *v, float *outT, int64_t R) {
 
 /* One element (the edges of the matrix, outside whole tiles). */
 static inline void relu_grad_one(int64_t R, int64_t C, int64_t r, int64_t c, const float *G, const float *Y,
-                                 float *out, float *outT, float *db) {
-    const float z = Y[r * C + c] > 0.0f ? G[r * C + c] : 0.0f;
+                                 const float *u, const float *w, float *out, float *outT, float *db, float *dw) {
+    const float y = Y[r * C + c];
+    const float g = u ? G[r * C + c] + u[r] * w[c] : G[r * C + c];
+    const float z = y > 0.0f ? g : 0.0f;
     db[c] += z;
+    if (u) dw[c] += y * u[r];
     if (out) out[r * C + c] = z;
     if (outT) outT[c * R + r] = z;
 }
 
 /* Rows are split over the OpenMP threads (torch's runtime) in blocks of TW; each thread
- * sums its bias gradient apart and the shares are added in thread order, so the same
- * number of threads gives the same bits. Returns 0, or -1 when out of memory. */
-int64_t relu_backward(int64_t R, int64_t C, const float *G, const float *Y, float *out, float *outT, float *db) {
+ * sums its bias (and head) gradient apart and the shares are added in thread order, so the
+ * same number of threads gives the same bits. u, w and dw are NULL without a head. Returns
+ * 0, or -1 when out of memory. */
+int64_t relu_backward(int64_t R, int64_t C, const float *G, const float *Y, const float *u, const float *w,
+                      float *out, float *outT, float *db, float *dw) {
     const int threads = relu_max_threads();
-    float *shares = calloc((size_t)threads * (size_t)C, sizeof(float));
+    float *shares = calloc((size_t)threads * (size_t)C * 2, sizeof(float));
     if (!shares) return -1;
     const int64_t blocks = (R + TW - 1) / TW;
 #pragma omp parallel
     {
-        float *share = shares + (size_t)relu_thread_index() * (size_t)C;
+        float *share = shares + (size_t)relu_thread_index() * (size_t)C * 2;
+        float *wshare = share + C;
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < blocks; b++) {
             const int64_t r0 = b * TW;
             if (r0 + TW > R) { /* the last rows */
                 for (int64_t r = r0; r < R; r++)
-                    for (int64_t c = 0; c < C; c++) relu_grad_one(R, C, r, c, G, Y, out, outT, share);
+                    for (int64_t c = 0; c < C; c++) relu_grad_one(R, C, r, c, G, Y, u, w, out, outT, share, wshare);
                 continue;
             }
             int64_t c0 = 0;
             for (; c0 + TW <= C; c0 += TW) {
                 tvf z[TW];
                 tvf sum = tload(share + c0);
-                for (int i = 0; i < TW; i++) {
-                    const int64_t at = (r0 + i) * C + c0;
-                    const tvi on = tload(Y + at) > 0.0f;
-                    z[i] = (tvf)(on & (tvi)tload(G + at));
-                    sum += z[i];
-                    if (out) tstore(out + at, z[i]);
+                if (u) {
+                    const tvf wv = tload(w + c0);
+                    tvf wsum = tload(wshare + c0);
+                    for (int i = 0; i < TW; i++) {
+                        const int64_t at = (r0 + i) * C + c0;
+                        const tvf y = tload(Y + at);
+                        const tvf g = tload(G + at) + u[r0 + i] * wv;
+                        z[i] = (tvf)((y > 0.0f) & (tvi)g);
+                        sum += z[i];
+                        wsum += y * u[r0 + i];
+                        if (out) tstore(out + at, z[i]);
+                    }
+                    tstore(wshare + c0, wsum);
+                } else {
+                    for (int i = 0; i < TW; i++) {
+                        const int64_t at = (r0 + i) * C + c0;
+                        z[i] = (tvf)((tload(Y + at) > 0.0f) & (tvi)tload(G + at));
+                        sum += z[i];
+                        if (out) tstore(out + at, z[i]);
+                    }
                 }
                 tstore(share + c0, sum);
                 if (outT) store_transposed(z, outT + c0 * R + r0, R);
             }
             for (int64_t r = r0; r < r0 + TW; r++) /* the last columns */
-                for (int64_t c = c0; c < C; c++) relu_grad_one(R, C, r, c, G, Y, out, outT, share);
+                for (int64_t c = c0; c < C; c++) relu_grad_one(R, C, r, c, G, Y, u, w, out, outT, share, wshare);
         }
     }
     memset(db, 0, sizeof(float) * (size_t)C);
+    if (dw) memset(dw, 0, sizeof(float) * (size_t)C);
     for (int t = 0; t < threads; t++)
-        for (int64_t c = 0; c < C; c++) db[c] += shares[(size_t)t * (size_t)C + c];
+        for (int64_t c = 0; c < C; c++) {
+            db[c] += shares[(size_t)t * (size_t)C * 2 + c];
+            if (dw) dw[c] += shares[(size_t)t * (size_t)C * 2 + C + c];
+        }
     free(shares);
     return 0;
 }
 
-/* Zero the rows r of the (R, C) matrix Y where valid[r] is 0 (padding candidates). */
-void zero_rows(int64_t R, int64_t C, float *Y, const uint8_t *valid) {
-    for (int64_t r = 0; r < R; r++)
-        if (!valid[r]) memset(Y + r * C, 0, sizeof(float) * (size_t)C);
+/* The last layer's output H (R, C) in place: rows r where valid[r] is 0 zeroed (valid
+ * NULL: none); with a head (w not NULL), z[r] = b + sum_c H[r, c] w[c] after the zeroing. */
+void last_layer(int64_t R, int64_t C, float *H, const uint8_t *valid, const float *w, float b, float *z) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < R; r++) {
+        float *h = H + r * C;
+        if (valid && !valid[r]) memset(h, 0, sizeof(float) * (size_t)C);
+        if (!w) continue;
+        tvf acc = {0};
+        int64_t c = 0;
+        for (; c + TW <= C; c += TW) acc += tload(h + c) * tload(w + c);
+        float dot = 0.0f;
+        for (int j = 0; j < TW; j++) dot += acc[j];
+        for (; c < C; c++) dot += h[c] * w[c];
+        z[r] = b + dot;
+    }
 }

@@ -34,21 +34,40 @@ def _check_sizes(in_features: int, hidden_features: int, out_features: int, drop
         raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
 
 
+def _fusable(module: Encoder | DeepEncoder) -> bool:
+    """Whether ``module`` runs fused now: ``fused`` set and no dropout to apply."""
+    return module.fused and not (module.training and any(isinstance(m, nn.Dropout) and m.p > 0
+                                                         for m in module.net))
+
+
 def _encode(module: Encoder | DeepEncoder, x: Tensor, mask: Tensor | None) -> Tensor:
     """The shared forward pass: checks, then the fused path where it applies, else the layers."""
     _check_input(x, module.in_features)
     if mask is not None and tuple(mask.shape) != tuple(x.shape[:-1]):
         raise ValueError(f"encoder mask must have shape {tuple(x.shape[:-1])}, got {tuple(mask.shape)}")
-    if module.fused and not (module.training and any(isinstance(m, nn.Dropout) and m.p > 0 for m in module.net)):
+    if _fusable(module):
         from dgn import _kernels
 
         out = _kernels.relu_mlp(x, [m for m in module.net if isinstance(m, nn.Linear)], mask)
         if out is not None:
-            return out
+            return out[0]
     H = module.net(x)
     if mask is not None:
         H = H * mask.unsqueeze(-1).to(H.dtype)
     return H  # type: ignore[no-any-return]
+
+
+def _encode_with_head(module: Encoder | DeepEncoder, x: Tensor, mask: Tensor | None,
+                      head: nn.Linear) -> tuple[Tensor, Tensor] | None:
+    """``(H, head(H).squeeze(-1))`` in one fused call (the DGN's modular term rides along in
+    the last layer's passes), or None where the fused path does not apply."""
+    if not _fusable(module):
+        return None
+    from dgn import _kernels
+
+    _check_input(x, module.in_features)
+    out = _kernels.relu_mlp(x, [m for m in module.net if isinstance(m, nn.Linear)], mask, head=head)
+    return None if out is None else (out[0], out[1])  # type: ignore[return-value]
 
 
 def _check_input(x: Tensor, in_features: int) -> None:

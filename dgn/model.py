@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from dgn._validation import as_features, as_mask
 from dgn._version import __version__
-from dgn.encoder import DeepEncoder, Encoder
+from dgn.encoder import DeepEncoder, Encoder, _encode_with_head
 from dgn.errors import DgnUserError, one_line
 from dgn.greedy import RELAXATIONS, Selection, greedy_select
 from dgn.layer import GreedyLayer
@@ -266,7 +266,10 @@ class DGN(nn.Module):
         """
         if self.modular is None:
             return None
-        z = self.modular(H).squeeze(-1)  # (B, N)
+        return self._modular_from(self.modular(H).squeeze(-1), features)
+
+    def _modular_from(self, z: Tensor, features: Tensor | None) -> Tensor:
+        """``beta`` from the modular layer's output ``z (B, N)``: the skip term, the activation."""
         if self.modular_skip is not None:
             if features is None:
                 raise ValueError("a model with modular_skip needs the input features")
@@ -285,11 +288,20 @@ class DGN(nn.Module):
             ``(B, N)`` or None, and the :class:`~dgn.greedy.Selection`.
         """
         X, valid = self._inputs(features, mask)
-        H = self.encode(X, valid)
-        beta = self.modular_scores(H, X)
+        H, beta = self._encode_and_score(X, valid)
         K = self.config.steps if steps is None else steps
         sel = greedy_select(H, K, self.objective, valid, modular=beta, return_step_gains=return_step_gains)
         return H, beta, sel
+
+    def _encode_and_score(self, X: Tensor, valid: Tensor) -> tuple[Tensor, Tensor | None]:
+        """:meth:`encode` then :meth:`modular_scores`; a fused encoder computes the modular
+        layer in its own passes."""
+        if self.modular is not None and isinstance(self.encoder, (Encoder, DeepEncoder)) and self.encoder.fused:
+            out = _encode_with_head(self.encoder, X, valid, self.modular)
+            if out is not None:
+                return out[0], self._modular_from(out[1], X)
+        H = self.encode(X, valid)
+        return H, self.modular_scores(H, X)
 
     def _inputs(self, features: Any, mask: Any) -> tuple[Tensor, Tensor]:
         X, _ = as_features(features)
@@ -314,8 +326,7 @@ class DGN(nn.Module):
             A :class:`DGNOutput` (batched; unbatched input is given a batch of 1).
         """
         X, valid = self._inputs(features, mask)
-        H = self.encode(X, valid)  # (B, N, E)
-        beta = self.modular_scores(H, X)  # (B, N) or None
+        H, beta = self._encode_and_score(X, valid)  # (B, N, E), (B, N) or None
         K = self.config.steps if steps is None else steps
         # tau from the config at call time: training anneals it by replacing the config
         out = self.greedy(H, valid, beta, K, tau=self.config.tau)

@@ -279,16 +279,19 @@ def test_kernel_gives_a_zero_row_exactly_zero_gain():
 # ---------------------------------------------------------------- the fused encoder
 
 
-def _relu_backward(G, Y, rows=True, transposed=True, in_place=False, lib=None):
+def _relu_backward(G, Y, rows=True, transposed=True, in_place=False, lib=None, head=None):
     lib = lib or _kernels._library()
     R, C = G.shape
     G = G.clone()
     out = G if in_place else (torch.full_like(G, float("nan")) if rows else None)
     outT = torch.full((C, R), float("nan")) if transposed else None
     db = torch.full((C,), float("nan"))
+    u, w = head if head is not None else (None, None)
+    dw = None if head is None else torch.full((C,), float("nan"))
     ptr = _kernels._ptr
-    assert lib.relu_backward(R, C, G.data_ptr(), Y.data_ptr(), ptr(out), ptr(outT), db.data_ptr()) == 0
-    return out, outT, db
+    assert lib.relu_backward(R, C, G.data_ptr(), Y.data_ptr(), ptr(u), ptr(w), ptr(out), ptr(outT), db.data_ptr(),
+                             ptr(dw)) == 0
+    return out, outT, db, dw
 
 
 @needs_kernel
@@ -304,13 +307,21 @@ def test_relu_backward_kernel_masks_transposes_and_sums(R, C):
     want = torch.where(Y > 0, G, torch.zeros(()))
     for rows, transposed, in_place in ((True, True, False), (True, False, False), (False, True, False),
                                        (True, True, True), (False, False, False)):
-        out, outT, db = _relu_backward(G, Y, rows, transposed, in_place)
+        out, outT, db, _ = _relu_backward(G, Y, rows, transposed, in_place)
         if rows or in_place:
             assert torch.equal(out, want)
         if transposed:
             assert torch.equal(outT, want.t())
         # float32 sums of R terms: error to about R * 1e-7 of the terms' size
         torch.testing.assert_close(db.double(), want.double().sum(0), rtol=1e-5, atol=R * 2e-7)
+    # with a head z = Y w + b: its gradient u adds u w^T before the mask; dw = Y^T u
+    u, w = torch.randn(R, generator=gen), torch.randn(C, generator=gen)
+    want = torch.where(Y > 0, G.double() + torch.outer(u.double(), w.double()), torch.zeros((), dtype=torch.float64))
+    out, outT, db, dw = _relu_backward(G, Y, head=(u, w))
+    torch.testing.assert_close(out.double(), want, rtol=1e-6, atol=1e-6)
+    assert torch.equal(outT, out.t())
+    torch.testing.assert_close(db.double(), want.sum(0), rtol=1e-5, atol=R * 4e-7)
+    torch.testing.assert_close(dw.double(), Y.double().t() @ u.double(), rtol=1e-5, atol=R * 4e-7)
 
 
 @needs_kernel
@@ -328,17 +339,17 @@ def test_relu_backward_kernel_without_avx512_and_with_two_threads(tmp_path):
     subprocess.run([cc, "-O2", "-fPIC", "-shared", "-o", str(so), str(_kernels._SOURCES[1])], check=True)
     plain = ctypes.CDLL(str(so))
     plain.relu_backward.restype = ctypes.c_int64
-    plain.relu_backward.argtypes = [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 5
+    plain.relu_backward.argtypes = [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 8
     gen = torch.Generator().manual_seed(11)
     G, Y = torch.randn(83, 70, generator=gen), torch.relu(torch.randn(83, 70, generator=gen))
     want = torch.where(Y > 0, G, torch.zeros(()))
-    out, outT, db = _relu_backward(G, Y, lib=plain)
+    out, outT, db, _ = _relu_backward(G, Y, lib=plain)
     assert torch.equal(out, want) and torch.equal(outT, want.t())
     torch.testing.assert_close(db, want.sum(0), rtol=1e-5, atol=1e-5)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        out2, outT2, db2 = _relu_backward(G, Y)
+        out2, outT2, db2, _ = _relu_backward(G, Y)
     finally:
         torch.set_num_threads(before)
     assert torch.equal(out2, want) and torch.equal(outT2, want.t())
@@ -485,3 +496,67 @@ def test_train_compile_fuses_the_encoder_and_restores_it(monkeypatch):
     with _compiled_layers(scorer, True):
         scorer(x)
     assert len(calls) == 2 and scorer.encoder.fused is False
+
+
+def _dgn_grads(model, x, mask, fused):
+    """A DGN's training outputs and the gradients of the layer-wise loss into every parameter."""
+    from dgn.losses import layerwise_cross_entropy
+
+    model.encoder.fused = fused
+    model.zero_grad(set_to_none=True)
+    out = model(x, mask)
+    gold = torch.zeros(mask.shape)
+    gold[:, 1] = 1.0
+    layerwise_cross_entropy(out.logits, gold).backward()
+    return out, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@needs_kernel
+@pytest.mark.parametrize(("modular", "skip", "deep"), [(True, False, False), (True, True, True), (False, False, False)])
+def test_fused_dgn_encoder_and_modular_term_equal_the_layers(modular, skip, deep):
+    """A DGN whose encoder is fused computes its modular term in the encoder's passes; its
+    outputs and every parameter's gradient equal the plain layers' to float rounding,
+    with padding."""
+    from dgn.model import DGN, DGNConfig
+
+    torch.manual_seed(4)
+    model = DGN(DGNConfig(in_features=20, hidden_features=36, encoded_features=18, steps=3, modular=modular,
+                          modular_skip=skip, deep=deep)).train()
+    if skip:
+        torch.nn.init.normal_(model.modular_skip.weight)
+    gen = torch.Generator().manual_seed(8)
+    x = torch.randn(5, 11, 20, generator=gen)
+    mask = torch.rand(5, 11, generator=gen) > 0.3
+    mask[:, :2] = True
+    calls = []
+    apply = _kernels._ReluMLP.apply
+    _kernels._ReluMLP.apply = _counted(apply, calls)
+    try:
+        fused_out, fused_grads = _dgn_grads(model, x, mask, True)
+    finally:
+        _kernels._ReluMLP.apply = apply
+    assert calls
+    plain_out, plain_grads = _dgn_grads(model, x, mask, False)
+    torch.testing.assert_close(fused_out.encoded, plain_out.encoded, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fused_out.logits, plain_out.logits, rtol=1e-5, atol=1e-5)
+    assert torch.equal(fused_out.indices, plain_out.indices)
+    assert fused_grads.keys() == plain_grads.keys()
+    for name in plain_grads:
+        torch.testing.assert_close(fused_grads[name], plain_grads[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+@needs_kernel
+def test_fused_dgn_with_a_frozen_encoder_still_trains_its_modular_term():
+    """With the encoder frozen no ReLU pass runs; the modular layer's gradients still come
+    (its weight's from H^T u directly) and equal the plain layers'."""
+    from dgn.model import DGN, DGNConfig
+
+    torch.manual_seed(2)
+    model = DGN(DGNConfig(in_features=9, hidden_features=12, encoded_features=7, steps=2)).train()
+    model.encoder.requires_grad_(False)
+    x, mask = torch.randn(3, 6, 9), torch.ones(3, 6, dtype=torch.bool)
+    _, fused = _dgn_grads(model, x, mask, True)
+    _, plain = _dgn_grads(model, x, mask, False)
+    assert set(fused) == set(plain) and "modular.weight" in fused and not any(k.startswith("encoder") for k in fused)
+    for name in plain:
+        torch.testing.assert_close(fused[name], plain[name], rtol=1e-4, atol=1e-6, msg=name)
