@@ -21,7 +21,10 @@ and one random gold sentence a problem (speed does not depend on the values).
   first keeps freed memory in the process (:func:`dgn._memory.retain_freed_memory`);
   ``--no-retain-memory`` leaves glibc's malloc as it is, to show what that costs (page
   faults a step are printed either way).
-* ``GreedyLayer.compile = True`` runs this model's relaxed layers (``SCMM("sqrt")``,
+* Compiled, as ``dgn train --compile`` runs it: ``Encoder.fused = True`` runs the encoder's
+  linear layers with their ReLUs through oneDNN and each ReLU's backward in one C pass,
+  the modular term riding along (:func:`dgn._kernels.relu_mlp`), and
+  ``GreedyLayer.compile = True`` runs this model's relaxed layers (``SCMM("sqrt")``,
   ``soft``) in the hand-written kernel of :mod:`dgn._kernels` where it builds, else
   through ``torch.compile``; the line under the heading says which.
 * A shared machine's speed drifts by 10 to 20% over a minute, so the peak is also timed
@@ -85,7 +88,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="training steps per timed run")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--compile", choices=("off", "on", "both"), default="both",
-                        help="the relaxed greedy layers eager, compiled (GreedyLayer.compile), or both in turn")
+                        help="the plain layers, the compiled ones (GreedyLayer.compile and Encoder.fused, as "
+                             "dgn train --compile), or both in turn")
     parser.add_argument("--no-retain-memory", action="store_true",
                         help="leave glibc malloc's thresholds alone (train_model raises them)")
     parser.add_argument("--profile", action="store_true",
@@ -113,10 +117,13 @@ def main() -> None:
     from dgn import _kernels
 
     for compiled in {"off": (False,), "on": (True,), "both": (False, True)}[args.compile]:
-        print(f"\n## greedy layers {'compiled (GreedyLayer.compile = True)' if compiled else 'eager'}")
+        print(f"\n## {'compiled (GreedyLayer.compile, Encoder.fused)' if compiled else 'eager (plain layers)'}")
         if compiled:
             print("relaxed layers: " + ("the hand-written kernel (dgn._kernels)" if _kernels.available()
                                         else "torch.compile (no kernel on this machine)"))
+            print("encoder: " + ("fused (" + ("oneDNN products" if _kernels._onednn() else "torch.mm")
+                                 + ", the C pass for the ReLUs' backward)" if _kernels.available()
+                                 else "plain layers (no kernel on this machine)"))
         run(config, B, N, args, peak, layer_peak, compiled)
     after = shaped_peak(2048, 2048, 2048, repeats=7)  # the faster of torch.mm and oneDNN
     print(f"\nfloat32 matmul peak timed again after the runs: {after / 1e9:.1f} GFLOP/s "
@@ -178,14 +185,14 @@ def run(config: Any, B: int, N: int, args: argparse.Namespace, peak: float, laye
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
 
     # where the time goes
-    phases = {"encoder forward": [], "greedy layers forward": [], "loss": [], "backward": [], "clip + optimizer": []}
+    phases = {"encoder + modular term forward": [], "greedy layers forward": [], "loss": [], "backward": [],
+              "clip + optimizer": []}
     for _ in range(args.steps):
         optimizer.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
         X, valid = model._inputs(x, mask)
-        H = model.encode(X, valid)
+        H, beta = model._encode_and_score(X, valid)  # DGN.forward's first half
         t1 = time.perf_counter()
-        beta = model.modular_scores(H, X)
         out = model.greedy(H, valid, beta, config.steps, tau=config.tau)
         t2 = time.perf_counter()
         loss = layerwise_cross_entropy(out.logits, gold)
