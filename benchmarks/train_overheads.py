@@ -9,6 +9,12 @@
 * ``loss``: ``layerwise_cross_entropy`` forward and backward at the benchmark shape (64
   problems, 7 layers, 40 candidates), against the former implementation (its NaN check
   and picked-before mask), median of 300 calls each, interleaved.
+* ``encoder``: whole training steps as ``dgn train --compile`` runs them (benchmark shape,
+  the relaxed layers in the kernel, fused Adam) with the encoder three ways, interleaved
+  in one process in blocks of 15 steps: plain ``nn.Linear`` + ``nn.ReLU`` layers,
+  ``Encoder.fused`` with the modular term as its own layer, and ``Encoder.fused`` with the
+  modular term in the encoder's passes (what ``DGN.forward`` does); milliseconds a step
+  and the median of the per-round ratios.
 
     python benchmarks/train_overheads.py
 """
@@ -126,17 +132,63 @@ def loss() -> None:
         print(f"{name}: {1e3 * statistics.median(values):.3f} ms forward and backward (median of 300)")
 
 
+def encoder(rounds: int = 15) -> None:
+    from dgn._memory import retain_freed_memory
+    from dgn.losses import layerwise_cross_entropy
+    from dgn.model import DGN, DGNConfig
+    from dgn.train import TrainConfig, make_optimizer
+
+    retain_freed_memory()
+    torch.manual_seed(0)
+    model = DGN(DGNConfig(in_features=300, hidden_features=300, encoded_features=128, steps=7, tau=4.0)).train()
+    model.greedy.compile = True
+    optimizer = make_optimizer(model, TrainConfig(lr=1e-3, compile=True))
+    B, N = 64, 40
+    x, mask = torch.randn(B, N, 300), torch.ones(B, N, dtype=torch.bool)
+    gold = torch.zeros(B, N)
+    gold[torch.arange(B), torch.randint(N, (B,))] = 1.0
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        layerwise_cross_entropy(model(x, mask).logits, gold).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        optimizer.step()
+
+    def separately(X: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        H = model.encode(X, valid)
+        return H, model.modular_scores(H, X)
+
+    ways = {"plain layers": (False, model._encode_and_score), "fused, modular term apart": (True, separately),
+            "fused, modular term in its passes": (True, model._encode_and_score)}
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    for _ in range(rounds):
+        for name, (fused, encode_and_score) in ways.items():
+            model.encoder.fused = fused
+            model._encode_and_score = encode_and_score  # type: ignore[method-assign]
+            step()
+            start = time.perf_counter()
+            for _ in range(15):
+                step()
+            times[name].append((time.perf_counter() - start) / 15)
+    last = list(ways)[-1]
+    for name, values in times.items():
+        ratio = statistics.median(a / b for a, b in zip(values, times[last], strict=True))
+        print(f"{name}: {1e3 * statistics.median(values):.2f} ms a step (median of {rounds} blocks), "
+              f"{ratio:.2f}x the last")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("parts", nargs="*", help="any of faults, memory, loss (default: all three)")
+    parts_known = {"faults": faults, "memory": memory, "loss": loss, "encoder": encoder}
+    parser.add_argument("parts", nargs="*", help=f"any of {', '.join(parts_known)} (default: all)")
     args = parser.parse_args()
-    parts = args.parts or ["faults", "memory", "loss"]
-    unknown = sorted(set(parts) - {"faults", "memory", "loss"})
+    parts = args.parts or list(parts_known)
+    unknown = sorted(set(parts) - set(parts_known))
     if unknown:
-        parser.error(f"unknown part(s) {', '.join(unknown)}: choose from faults, memory, loss")
+        parser.error(f"unknown part(s) {', '.join(unknown)}: choose from {', '.join(parts_known)}")
     for part in parts:
         print(f"## {part}")
-        {"faults": faults, "memory": memory, "loss": loss}[part]()
+        parts_known[part]()
 
 
 if __name__ == "__main__":
