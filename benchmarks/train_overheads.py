@@ -9,6 +9,10 @@
 * ``loss``: ``layerwise_cross_entropy`` forward and backward at the benchmark shape (64
   problems, 7 layers, 40 candidates), against the former implementation (its NaN check
   and picked-before mask), median of 300 calls each, interleaved.
+* ``products``: the encoder's five matrix products at the benchmark shape (2,560 rows,
+  300 -> 300 -> 128), each through ``torch.mm`` with the operands autograd gives it and
+  through oneDNN as the fused encoder calls it (weight gradients from the transposed
+  operand the ReLU pass writes), median of 30 each, interleaved, operands in cache.
 * ``encoder``: whole training steps as ``dgn train --compile`` runs them (benchmark shape,
   the relaxed layers in the kernel, fused Adam) with the encoder three ways, interleaved
   in one process in blocks of 15 steps: plain ``nn.Linear`` + ``nn.ReLU`` layers,
@@ -132,6 +136,45 @@ def loss() -> None:
         print(f"{name}: {1e3 * statistics.median(values):.3f} ms forward and backward (median of 300)")
 
 
+def products() -> None:
+    from dgn import _kernels
+
+    onednn = _kernels._onednn()
+    if onednn is None:
+        print("this torch has no oneDNN linear layer")
+        return
+    R, F, Hd, E = 2560, 300, 300, 128
+    gen = torch.Generator().manual_seed(0)
+    X, Y1 = torch.randn(R, F, generator=gen), torch.relu(torch.randn(R, Hd, generator=gen))
+    W1, b1, W2, b2 = torch.randn(Hd, F), torch.randn(Hd), torch.randn(E, Hd), torch.randn(E)
+    z1, z2 = torch.randn(R, Hd, generator=gen), torch.randn(R, E, generator=gen)
+    z1T, z2T = z1.t().contiguous(), z2.t().contiguous()
+    cases = {
+        "layer 1 forward (+ bias, ReLU)": (lambda: torch.addmm(b1, X, W1.t()).relu_(),
+                                           lambda: onednn(X, W1, b1, "relu", [], "")),
+        "layer 2 forward (+ bias, ReLU)": (lambda: torch.addmm(b2, Y1, W2.t()).relu_(),
+                                           lambda: onednn(Y1, W2, b2, "relu", [], "")),
+        "layer 2 input gradient": (lambda: torch.mm(z2, W2), lambda: onednn(z2, W2.t(), None, "none", [], "")),
+        "layer 2 weight gradient": (lambda: torch.mm(z2.t(), Y1), lambda: onednn(z2T, Y1.t(), None, "none", [], "")),
+        "layer 1 weight gradient": (lambda: torch.mm(z1.t(), X), lambda: onednn(z1T, X.t(), None, "none", [], "")),
+    }
+    total = [0.0, 0.0]
+    for name, (plain, fused) in cases.items():
+        times: list[list[float]] = [[], []]
+        for _ in range(3):
+            plain(), fused()
+        for _ in range(30):
+            times[0].append(_timed(plain))
+            times[1].append(_timed(fused))
+        a, b = (statistics.median(t) for t in times)
+        total[0] += a
+        total[1] += b
+        print(f"{name}: torch.mm {1e3 * a:.2f} ms, oneDNN {1e3 * b:.2f} ms ({a / b:.2f}x)")
+    useful = 4 * R * F * Hd + 6 * R * Hd * E  # the five products' FLOPs (as train_speed.py counts them)
+    print(f"all five: torch.mm {1e3 * total[0]:.2f} ms ({useful / total[0] / 1e9:.0f} GFLOP/s), "
+          f"oneDNN {1e3 * total[1]:.2f} ms ({useful / total[1] / 1e9:.0f} GFLOP/s)")
+
+
 def encoder(rounds: int = 15) -> None:
     from dgn._memory import retain_freed_memory
     from dgn.losses import layerwise_cross_entropy
@@ -179,7 +222,7 @@ def encoder(rounds: int = 15) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parts_known = {"faults": faults, "memory": memory, "loss": loss, "encoder": encoder}
+    parts_known = {"faults": faults, "memory": memory, "loss": loss, "products": products, "encoder": encoder}
     parser.add_argument("parts", nargs="*", help=f"any of {', '.join(parts_known)} (default: all)")
     args = parser.parse_args()
     parts = args.parts or list(parts_known)

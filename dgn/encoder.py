@@ -87,6 +87,16 @@ class Encoder(nn.Module):
         out_features: E, the encoded size (the paper's F').
         dropout: Dropout probability applied after the hidden layer (0 disables).
 
+    Attributes:
+        fused: Run the layers through :mod:`dgn._kernels` (default False;
+            ``TrainConfig.compile`` sets it while training): float32 on the CPU, oneDNN's
+            linear layer with the ReLU fused where torch has it, and one C pass a layer for
+            each ReLU's backward (its mask, the bias gradient, and the weight gradient's
+            operand laid out transposed); a :class:`~dgn.model.DGN` computes its modular
+            term in the same passes. The same values up to float rounding, a training step
+            about 1.2 times faster (docs/benchmarks.md, Training speed); other dtypes and
+            devices, and dropout in training mode, run the plain layers.
+
     Shape:
         - Input: ``(*, F)``
         - Output: ``(*, E)``, every entry ``>= 0``
@@ -106,13 +116,7 @@ class Encoder(nn.Module):
         self.in_features = in_features
         self.out_features = out_features
         self.net = _relu_mlp([in_features, hidden_features, out_features], dropout)
-        #: Run the layers through :mod:`dgn._kernels` (default False; ``TrainConfig.compile``
-        #: sets it while training): float32 on the CPU, oneDNN's linear layer with the ReLU
-        #: fused where torch has it, and one C pass a layer for each ReLU's backward (its
-        #: mask, the bias gradient, and the weight gradient's operand laid out transposed).
-        #: The same values up to float rounding; other dtypes and devices, and dropout in
-        #: training mode, run the plain layers.
-        self.fused = False
+        self.fused = False  # see Attributes
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """``x (*, F)`` to ``(*, E)``; with ``mask`` (``x.shape[:-1]``, bool), rows where it is
@@ -129,6 +133,16 @@ class DeepEncoder(nn.Module):
         out_features: E.
         dropout: Dropout after each hidden layer.
 
+    Attributes:
+        fused: Run the layers through :mod:`dgn._kernels` (default False;
+            ``TrainConfig.compile`` sets it while training): float32 on the CPU, oneDNN's
+            linear layer with the ReLU fused where torch has it, and one C pass a layer for
+            each ReLU's backward (its mask, the bias gradient, and the weight gradient's
+            operand laid out transposed); a :class:`~dgn.model.DGN` computes its modular
+            term in the same passes. The same values up to float rounding, a training step
+            about 1.2 times faster (docs/benchmarks.md, Training speed); other dtypes and
+            devices, and dropout in training mode, run the plain layers.
+
     Shape:
         - Input: ``(*, F)``
         - Output: ``(*, E)``, every entry ``>= 0``
@@ -142,13 +156,7 @@ class DeepEncoder(nn.Module):
         self.in_features = in_features
         self.out_features = out_features
         self.net = _relu_mlp([in_features, hidden_features, hidden_features, out_features], dropout)
-        #: Run the layers through :mod:`dgn._kernels` (default False; ``TrainConfig.compile``
-        #: sets it while training): float32 on the CPU, oneDNN's linear layer with the ReLU
-        #: fused where torch has it, and one C pass a layer for each ReLU's backward (its
-        #: mask, the bias gradient, and the weight gradient's operand laid out transposed).
-        #: The same values up to float rounding; other dtypes and devices, and dropout in
-        #: training mode, run the plain layers.
-        self.fused = False
+        self.fused = False  # see Attributes
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         """``x (*, F)`` to ``(*, E)``; with ``mask`` (``x.shape[:-1]``, bool), rows where it is

@@ -92,7 +92,7 @@ class TrainConfig:
             hard-greedy kernel. The encoder runs fused (``Encoder.fused``: oneDNN's linear
             layers with their ReLUs, a C pass for each ReLU's backward), and Adam fused
             (``torch.optim.Adam(fused=True)``: one kernel for all parameters' updates).
-            The same values up to float rounding, about 2.5 times the training throughput
+            The same values up to float rounding, about twice the training throughput
             at 64 problems of 40 candidates. Encoder scorers get the fused encoder and
             Adam.
     """

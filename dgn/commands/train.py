@@ -148,9 +148,10 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     t.add_argument("--tau-decay", type=pos_float, default=None, help="multiply tau by this after each epoch, in (0, 1]")
     t.add_argument("--max-candidates", type=pos_int, default=None, help="cap training problems at this many candidates: all gold plus seeded random negatives (default 64)")
     t.add_argument("--compile", action="store_const", const=True, default=None,
-                   help="run the DGN's greedy layers as compiled code while training (about 2x the throughput "
-                   "on 64 x 40 batches; needs a C compiler: a hand-written kernel for the default sqrt "
-                   "objective, built once in about a second, else torch.compile, tens of seconds)")
+                   help="run the DGN's greedy layers as compiled code and its encoder fused while training "
+                   "(about 2x the throughput on 64 x 40 batches; needs a C compiler: hand-written kernels "
+                   "for the encoder and the default sqrt objective, built once in about a second, else "
+                   "torch.compile, tens of seconds)")
 
     f = p.add_argument_group("fastText vectors (only without --vectors; defaults: dgn.features.train_fasttext_vectors)")
     f.add_argument("--fasttext-dim", type=pos_int, default=None, help="vector dimension")
