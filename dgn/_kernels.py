@@ -33,9 +33,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["soft_layers", "relu_mlp", "available"]
+__all__ = ["soft_layers", "relu_mlp", "layerwise_ce", "available"]
 
-_SOURCES = tuple(Path(__file__).with_name(name) for name in ("_scmm_kernel.c", "_relu_kernel.c"))
+_SOURCES = tuple(Path(__file__).with_name(name) for name in ("_scmm_kernel.c", "_relu_kernel.c",
+                                                                    "_loss_kernel.c"))
 # -fassociative-math (with the two flags it needs) lets sums be vectorised; unlike
 # -ffast-math it keeps inf and NaN semantics, which the kernel's overflow check relies on.
 _FLAGS = ("-O3", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math", "-fPIC",
@@ -116,6 +117,10 @@ def _library() -> ctypes.CDLL | None:
     lib.scmm_soft_backward.argtypes = [i64, i64, i64, i64, f32] + [p] * 16
     lib.relu_backward.restype = i64
     lib.relu_backward.argtypes = [i64, i64] + [p] * 8
+    lib.layerwise_ce_forward.restype = i64
+    lib.layerwise_ce_forward.argtypes = [i64, i64, i64] + [p] * 5
+    lib.layerwise_ce_backward.restype = i64
+    lib.layerwise_ce_backward.argtypes = [i64, i64, i64] + [p] * 5
     lib.last_layer.restype = None
     lib.last_layer.argtypes = [i64, i64, p, p, p, f32, p]
     return lib
@@ -344,3 +349,50 @@ def relu_mlp(x: Tensor, linears: list[torch.nn.Linear], valid: Tensor | None = N
     out = _ReluMLP.apply(rows, keep, *(head_params or [None, None]), *params)
     H, z = out if head is not None else (out, None)
     return H.view(*lead, H.shape[-1]), (None if z is None else z.view(lead))
+
+
+class _LayerwiseCE(torch.autograd.Function):
+    """The layer-wise cross entropy of each problem, ``(B,)``, from float32 logits
+    ``(B, K, N)``, gold ``(B, N)`` uint8 and the picks ``(B, K)`` (None: each layer's argmax)."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: Tensor, gold: Tensor, picks: Tensor | None) -> Tensor:
+        lib = _library()
+        assert lib is not None
+        B, K, N = logits.shape
+        used = torch.empty(B, K, dtype=torch.int64)
+        loss = logits.new_empty(B)
+        if lib.layerwise_ce_forward(B, K, N, logits.data_ptr(), gold.data_ptr(), _ptr(picks), used.data_ptr(),
+                                    loss.data_ptr()) < 0:
+            raise MemoryError("the loss kernel could not allocate its work space")
+        ctx.save_for_backward(logits, gold, used)
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None]:
+        logits, gold, used = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: differentiate the composition instead
+            from dgn.losses import _layerwise_terms
+
+            with torch.enable_grad():
+                per = _layerwise_terms(logits, gold.bool(), used)
+                return torch.autograd.grad(per, logits, grad, create_graph=True)[0], None, None
+        lib = _library()
+        assert lib is not None
+        B, K, N = logits.shape
+        d_logits = torch.empty_like(logits)
+        if lib.layerwise_ce_backward(B, K, N, logits.data_ptr(), gold.data_ptr(), used.data_ptr(),
+                                     grad.contiguous().data_ptr(), d_logits.data_ptr()) < 0:
+            raise MemoryError("the loss kernel could not allocate its work space")
+        return d_logits, None, None
+
+
+def layerwise_ce(logits: Tensor, gold: Tensor, picks: Tensor | None) -> Tensor | None:
+    """Each problem's layer-wise cross entropy (:func:`dgn.losses.layerwise_cross_entropy`
+    before its reduction) from checked float32 CPU logits, or None where the kernel does not
+    apply (another dtype or device, no kernel on this machine)."""
+    if logits.device.type != "cpu" or logits.dtype != torch.float32 or logits.numel() == 0 or _library() is None:
+        return None
+    gold_bytes = gold.to(device="cpu").bool().contiguous().view(torch.uint8)
+    picks = None if picks is None else picks.to(device="cpu", dtype=torch.int64).contiguous()
+    return _LayerwiseCE.apply(logits.contiguous(), gold_bytes, picks)  # type: ignore[no-any-return]

@@ -149,11 +149,25 @@ def layerwise_cross_entropy(
         2.7726
     """
     _check(states, gold, "gold", from_logits)
-    B, K, N = states.shape
+    if reduction not in ("none", "mean", "sum"):
+        raise ValueError(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
+    picks = None if indices is None else _picks(states, indices, from_logits)
+    if from_logits:
+        from dgn import _kernels
+
+        per_problem = _kernels.layerwise_ce(states, gold, picks)  # float32 on the CPU: one pass
+        if per_problem is not None:
+            return _reduce(per_problem, reduction)
+    if picks is None:
+        picks = _picks(states, None, from_logits)
+    return _reduce(_layerwise_terms(states, gold.bool(), picks, from_logits), reduction)
+
+
+def _layerwise_terms(states: Tensor, gold: Tensor, picks: Tensor, from_logits: bool = True) -> Tensor:
+    """``(B,)`` each problem's layer-wise cross entropy, composed of PyTorch operations."""
     logp = _log_probs(states, from_logits)  # (B, K, N)
-    open_gold = gold.bool().unsqueeze(1) & _unpicked_before(_picks(states, indices, from_logits), N)  # (B, K, N)
-    terms = torch.where(open_gold, -logp, torch.zeros_like(logp))
-    return _reduce(terms.sum(dim=(1, 2)), reduction)
+    open_gold = gold.unsqueeze(1) & _unpicked_before(picks, states.shape[-1])  # (B, K, N)
+    return torch.where(open_gold, -logp, torch.zeros_like(logp)).sum(dim=(1, 2))
 
 
 def soft_label_cross_entropy(

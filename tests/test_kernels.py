@@ -560,3 +560,77 @@ def test_fused_dgn_with_a_frozen_encoder_still_trains_its_modular_term():
     assert set(fused) == set(plain) and "modular.weight" in fused and not any(k.startswith("encoder") for k in fused)
     for name in plain:
         torch.testing.assert_close(fused[name], plain[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+# ---------------------------------------------------------------- the layer-wise loss
+
+
+def _loss_case(B, K, N, seed):
+    """Logits as the relaxed layers give them (-inf where picked before or padding), some
+    layers with no candidate left, gold also on padding and on ties."""
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(B, K, N, generator=gen)
+    logits[:, :, N - 1] = logits[:, :, 0]  # ties: the first index wins
+    pad = torch.rand(B, N, generator=gen) < 0.2
+    logits = logits.masked_fill(pad.unsqueeze(1), float("-inf"))
+    picks = logits.argmax(-1)
+    for k in range(1, K):
+        logits[torch.arange(B).unsqueeze(1), k, picks[:, :k]] = float("-inf")
+    logits[0, K - 1] = float("-inf")  # a layer with nothing left
+    gold = torch.rand(B, N, generator=gen) < 0.25
+    return logits, gold
+
+
+@needs_kernel
+@pytest.mark.parametrize(("B", "K", "N"), [(64, 7, 40), (5, 3, 9), (3, 9, 4), (2, 1, 1)])
+@pytest.mark.parametrize("given_picks", [False, True])
+def test_loss_kernel_equals_the_composition(B, K, N, given_picks):
+    """layerwise_cross_entropy through the C kernel (float32 on the CPU) against its
+    PyTorch composition: each problem's loss (+inf where gold is unavailable) and the
+    gradient, with the default argmax picks and with given ones; float64 takes the
+    composition."""
+    from dgn import losses
+
+    logits, gold = _loss_case(B, K, N, seed=B * K * N)
+    gen = torch.Generator().manual_seed(1)
+    picks = torch.randint(-1, N, (B, K), generator=gen) if given_picks else None
+    fused = logits.clone().requires_grad_(True)
+    per = losses.layerwise_cross_entropy(fused, gold, picks, reduction="none")
+    assert per.grad_fn is not None and "LayerwiseCE" in type(per.grad_fn).__name__
+    plain = logits.double().requires_grad_(True)
+    want = losses._layerwise_terms(plain, gold, losses._picks(plain, picks, True))
+    assert torch.equal(torch.isinf(per), torch.isinf(want))
+    finite = torch.isfinite(want)
+    torch.testing.assert_close(per[finite].double(), want[finite], rtol=1e-5, atol=1e-5)
+    weights = torch.rand(B, generator=gen)
+    (per * weights).sum().backward()
+    (want * weights.double()).sum().backward()
+    torch.testing.assert_close(fused.grad.double(), plain.grad, rtol=1e-5, atol=1e-6)
+    in64 = losses.layerwise_cross_entropy(logits.double().requires_grad_(True), gold, picks, reduction="none")
+    assert "LayerwiseCE" not in type(in64.grad_fn).__name__
+    torch.testing.assert_close(in64, want.detach())
+
+
+@needs_kernel
+def test_loss_kernel_second_derivative_and_switch_off():
+    """A second derivative through the kernel's loss is the composition's; DGN_KERNELS=0
+    leaves the loss to the composition."""
+    from dgn import losses
+
+    logits, gold = _loss_case(4, 3, 6, seed=3)
+    a = logits.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(losses.layerwise_cross_entropy(a, gold), a, create_graph=True)
+    (gg,) = torch.autograd.grad(torch.where(torch.isfinite(logits), g, 0.0).pow(2).sum(), a)
+    b = logits.double().requires_grad_(True)
+    (h,) = torch.autograd.grad(losses.layerwise_cross_entropy(b, gold), b, create_graph=True)
+    (hh,) = torch.autograd.grad(torch.where(torch.isfinite(b), h, 0.0).pow(2).sum(), b)
+    torch.testing.assert_close(g.double(), h, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(gg.double(), hh, rtol=1e-4, atol=1e-6)
+    script = textwrap.dedent("""
+        import torch
+        from dgn.losses import layerwise_cross_entropy
+        x = torch.randn(2, 3, 5, requires_grad=True)
+        loss = layerwise_cross_entropy(x, torch.ones(2, 5, dtype=torch.bool))
+        assert "LayerwiseCE" not in type(loss.grad_fn).__name__, loss.grad_fn
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, env={**os.environ, "DGN_KERNELS": "0"})

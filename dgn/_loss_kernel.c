@@ -1,0 +1,112 @@
+/* The layer-wise cross entropy of dgn.losses on float32 logits: each problem's K layers
+ * in one pass for the loss and one for its gradient, where the PyTorch composition makes
+ * some twenty passes over the (B, K, N) logits. Built with the other kernels into one
+ * library by dgn._kernels; tests/test_kernels.py checks it against that composition.
+ *
+ * Layer k of a problem (logits l over N candidates, -inf where unavailable; gold g; open
+ * set O_k = gold items not picked by layers before k; pick p_k = the given index, else
+ * the first argmax of l, -1 when every l is -inf):
+ *   loss    += sum_{v in O_k} (lse(l) - l[v])      (+inf for an open item at -inf)
+ *   dl[u]    = d (|O_k| softmax(l)[u] - [u in O_k])  when some l is finite, else 0
+ * A layer with no finite logit adds +inf when it has an open item, as log_softmax gives.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The finite maximum of row (N), its first index, and whether any entry is finite. */
+static inline int row_max(int64_t N, const float *row, float *max, int64_t *at) {
+    float m = -INFINITY;
+    int64_t i = -1;
+    for (int64_t v = 0; v < N; v++)
+        if (row[v] > m) {
+            m = row[v];
+            i = v;
+        }
+    *max = m;
+    *at = i;
+    return i >= 0;
+}
+
+static inline float row_lse(int64_t N, const float *row, float m) {
+    float s = 0.0f;
+    for (int64_t v = 0; v < N; v++) s += expf(row[v] - m);
+    return m + logf(s);
+}
+
+/* Loss of each of B problems (L: (B, K, N); gold: (B, N) bytes; picks_in: (B, K) or NULL
+ * for each layer's argmax). Writes loss (B) and the picks used, picks (B, K). Returns 0, or
+ * -1 when out of memory. */
+int64_t layerwise_ce_forward(int64_t B, int64_t K, int64_t N, const float *L, const uint8_t *gold,
+                             const int64_t *picks_in, int64_t *picks, float *loss) {
+    int64_t failed = 0;
+#pragma omp parallel reduction(+ : failed)
+    {
+        uint8_t *open = malloc((size_t)N + 1);
+        if (!open) failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < B; b++) {
+            if (!open) continue;
+            memcpy(open, gold + b * N, (size_t)N);
+            float total = 0.0f;
+            for (int64_t k = 0; k < K; k++) {
+                const float *row = L + (b * K + k) * N;
+                float m;
+                int64_t best;
+                const int finite = row_max(N, row, &m, &best);
+                if (finite) {
+                    const float lse = row_lse(N, row, m);
+                    for (int64_t v = 0; v < N; v++)
+                        if (open[v]) total += lse - row[v];
+                } else {
+                    for (int64_t v = 0; v < N; v++)
+                        if (open[v]) total = INFINITY;
+                }
+                const int64_t pick = picks_in ? picks_in[b * K + k] : best;
+                picks[b * K + k] = pick;
+                if (pick >= 0) open[pick] = 0;
+            }
+            loss[b] = total;
+        }
+        free(open);
+    }
+    return failed ? -1 : 0;
+}
+
+/* The gradient: dL (B, K, N) from dloss (B) and the picks of the forward pass. Returns 0,
+ * or -1 when out of memory. */
+int64_t layerwise_ce_backward(int64_t B, int64_t K, int64_t N, const float *L, const uint8_t *gold,
+                              const int64_t *picks, const float *dloss, float *dL) {
+    int64_t failed = 0;
+#pragma omp parallel reduction(+ : failed)
+    {
+        uint8_t *open = malloc((size_t)N + 1);
+        if (!open) failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < B; b++) {
+            if (!open) continue;
+            memcpy(open, gold + b * N, (size_t)N);
+            const float d = dloss[b];
+            for (int64_t k = 0; k < K; k++) {
+                const float *row = L + (b * K + k) * N;
+                float *out = dL + (b * K + k) * N;
+                float m;
+                int64_t best;
+                if (row_max(N, row, &m, &best)) {
+                    const float lse = row_lse(N, row, m);
+                    float count = 0.0f;
+                    for (int64_t v = 0; v < N; v++) count += open[v];
+                    for (int64_t v = 0; v < N; v++)
+                        out[v] = d * (count * expf(row[v] - lse) - (float)open[v]);
+                } else {
+                    memset(out, 0, sizeof(float) * (size_t)N);
+                }
+                const int64_t pick = picks[b * K + k];
+                if (pick >= 0) open[pick] = 0;
+            }
+        }
+        free(open);
+    }
+    return failed ? -1 : 0;
+}
