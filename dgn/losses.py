@@ -126,6 +126,11 @@ def layerwise_cross_entropy(
     paper notes this penalises all but one of several valid items at each step, which
     :func:`soft_label_cross_entropy` fixes.)
 
+    Float32 logits on the CPU take a C kernel (one pass a problem for the loss, one for
+    its gradient; built with the others of :mod:`dgn._kernels`, ``DGN_KERNELS=0`` turns
+    it off): the same values up to float rounding, a second derivative through the
+    PyTorch composition.
+
     Args:
         states: ``(B, K, N)`` layer logits (``SoftSelection.logits``, ``-inf`` where
             unavailable) or, with ``from_logits=False``, layer distributions.
