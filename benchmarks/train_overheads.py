@@ -179,7 +179,7 @@ def encoder(rounds: int = 15) -> None:
     from dgn._memory import retain_freed_memory
     from dgn.losses import layerwise_cross_entropy
     from dgn.model import DGN, DGNConfig
-    from dgn.train import TrainConfig, make_optimizer
+    from dgn.train import TrainConfig, clip_gradients, make_optimizer
 
     retain_freed_memory()
     torch.manual_seed(0)
@@ -194,7 +194,7 @@ def encoder(rounds: int = 15) -> None:
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
         layerwise_cross_entropy(model(x, mask).logits, gold).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        clip_gradients(model.parameters(), 5.0)
         optimizer.step()
 
     def separately(X: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -16,7 +16,7 @@ and one random gold sentence a problem (speed does not depend on the values).
   ``4 F·H + 6 (H·E + E)`` per candidate per step. The greedy layers' elementwise work
   is not counted as useful FLOPs.
 * The step is :func:`dgn.train.train_model`'s: zero the gradients, forward, loss,
-  backward, clip the gradient norm at 5, Adam (:func:`dgn.train.make_optimizer`: fused
+  backward, clip the gradient norm at 5 (:func:`dgn.train.clip_gradients`), Adam (:func:`dgn.train.make_optimizer`: fused
   when compiled, as ``dgn train --compile`` runs it). As ``train_model`` does, the script
   first keeps freed memory in the process (:func:`dgn._memory.retain_freed_memory`);
   ``--no-retain-memory`` leaves glibc's malloc as it is, to show what that costs (page
@@ -133,7 +133,7 @@ def main() -> None:
 def run(config: Any, B: int, N: int, args: argparse.Namespace, peak: float, layer_peak: float, compiled: bool) -> None:
     from dgn.losses import layerwise_cross_entropy
     from dgn.model import DGN
-    from dgn.train import TrainConfig, make_optimizer
+    from dgn.train import TrainConfig, clip_gradients, make_optimizer
 
     F, Hd, E = config.in_features, config.hidden_features, config.encoded_features
     torch.manual_seed(0)
@@ -151,7 +151,7 @@ def run(config: Any, B: int, N: int, args: argparse.Namespace, peak: float, laye
         out = model(x, mask)
         loss = layerwise_cross_entropy(out.logits, gold)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        clip_gradients(model.parameters(), 5.0)
         optimizer.step()
 
     for _ in range(5):  # warm-up (and, compiled, the compilation)
@@ -199,7 +199,7 @@ def run(config: Any, B: int, N: int, args: argparse.Namespace, peak: float, laye
         t3 = time.perf_counter()
         loss.backward()
         t4 = time.perf_counter()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+        clip_gradients(model.parameters(), 5.0)
         optimizer.step()
         t5 = time.perf_counter()
         for name, (a, b) in zip(phases, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5)), strict=True):

@@ -11,7 +11,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ __all__ = [
     "LOSSES",
     "training_loss",
     "make_optimizer",
+    "clip_gradients",
     "STATE_NAME",
 ]
 
@@ -270,6 +271,20 @@ def make_optimizer(model: Model, config: TrainConfig) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
 
 
+def clip_gradients(parameters: Iterable[torch.Tensor], max_norm: float) -> float:
+    """Scale the gradients so that their total 2-norm is at most ``max_norm``; return the
+    norm before. The result of ``torch.nn.utils.clip_grad_norm_``, bit for bit, without its
+    pass over the gradients when they are within the bound (its factor is then exactly 1)."""
+    params = [p for p in parameters if p.grad is not None]
+    if not params:
+        return 0.0
+    total = nn.utils.get_total_norm([p.grad for p in params])
+    factor = float(max_norm / (total + 1e-6))  # as clip_grads_with_norm_ computes it, before its clamp at 1
+    if not factor >= 1.0:  # below 1, or NaN
+        nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return float(total)
+
+
 @contextlib.contextmanager
 def _compiled_layers(model: Model, on: bool) -> Iterator[None]:
     """Set a DGN's ``greedy.compile`` and its encoder's ``fused`` for the duration
@@ -397,7 +412,7 @@ def train_model(
                 (loss * (n_local / global_n)).backward()
                 if world > 1:
                     average_gradients(model.parameters())
-                nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+                clip_gradients(model.parameters(), 5.0)
                 optimizer.step()
                 total += float(loss.detach()) * n_local
                 count += n_local

@@ -170,3 +170,27 @@ def test_layerwise_values_and_gradients_equal_an_item_by_item_reference(given_in
     (want * weights).sum().backward()
     assert torch.isfinite(a.grad).all()
     torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_clip_gradients_equals_torch_clip_grad_norm():
+    """dgn.train.clip_gradients gives clip_grad_norm_'s gradients and norm bit for bit:
+    above the bound (scaled), below it (untouched), at NaN and inf norms, without grads."""
+    from dgn.train import clip_gradients
+
+    gen = torch.Generator().manual_seed(0)
+    for scale, special in ((10.0, None), (0.01, None), (1.0, float("nan")), (1.0, float("inf"))):
+        grads = [torch.randn(7, 5, generator=gen) * scale, torch.randn(3, generator=gen) * scale]
+        if special is not None:
+            grads[1][0] = special
+        ours = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads] + [torch.nn.Parameter(torch.zeros(2))]
+        theirs = [torch.nn.Parameter(torch.zeros_like(g)) for g in grads] + [torch.nn.Parameter(torch.zeros(2))]
+        for a, b, g in zip(ours, theirs, grads, strict=False):
+            a.grad, b.grad = g.clone(), g.clone()
+        norm = clip_gradients(ours, 5.0)
+        want = torch.nn.utils.clip_grad_norm_(theirs, 5.0)
+        assert norm == float(want) or (norm != norm and want.isnan())
+        for a, b in zip(ours, theirs, strict=True):
+            assert (a.grad is None) == (b.grad is None)
+            if a.grad is not None:  # the same bits, NaN where NaN
+                torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0, equal_nan=True)
+    assert clip_gradients([torch.nn.Parameter(torch.zeros(2))], 5.0) == 0.0
