@@ -381,8 +381,9 @@ class _LayerwiseCE(torch.autograd.Function):
         assert lib is not None
         B, K, N = logits.shape
         d_logits = torch.empty_like(logits)
+        grad = grad.contiguous()  # kept alive across the call (mean's gradient is an expanded view)
         if lib.layerwise_ce_backward(B, K, N, logits.data_ptr(), gold.data_ptr(), used.data_ptr(),
-                                     grad.contiguous().data_ptr(), d_logits.data_ptr()) < 0:
+                                     grad.data_ptr(), d_logits.data_ptr()) < 0:
             raise MemoryError("the loss kernel could not allocate its work space")
         return d_logits, None, None
 

@@ -612,6 +612,22 @@ def test_loss_kernel_equals_the_composition(B, K, N, given_picks):
 
 
 @needs_kernel
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_loss_kernel_reductions_give_the_composition_gradient(reduction):
+    """Through a reduction the incoming gradient is an expanded view (not contiguous): the
+    kernel's gradient still equals the composition's."""
+    from dgn import losses
+
+    logits, gold = _loss_case(33, 5, 17, seed=9)
+    for _ in range(3):  # memory freed between calls must not be read
+        a = logits.clone().requires_grad_(True)
+        losses.layerwise_cross_entropy(a, gold, reduction=reduction).backward()
+        b = logits.double().requires_grad_(True)
+        losses._reduce(losses._layerwise_terms(b, gold, losses._picks(b, None, True)), reduction).backward()
+        torch.testing.assert_close(a.grad.double(), b.grad, rtol=1e-5, atol=1e-6)
+
+
+@needs_kernel
 def test_loss_kernel_second_derivative_and_switch_off():
     """A second derivative through the kernel's loss is the composition's; DGN_KERNELS=0
     leaves the loss to the composition."""
