@@ -324,13 +324,15 @@ class _ReluMLP(torch.autograd.Function):
 
 
 def relu_mlp(x: Tensor, linears: list[torch.nn.Linear], valid: Tensor | None = None,
-             head: torch.nn.Linear | None = None) -> tuple[Tensor, Tensor | None] | None:
+             head: torch.nn.Linear | None = None, finite_input: bool = False) -> tuple[Tensor, Tensor | None] | None:
     """``H = relu(... relu(x W1^T + b1) ... W^T + b)`` over the last dimension of ``x``, rows
     where ``valid`` (``x.shape[:-1]``, bool) is False zeroed, and with a ``head`` (a linear
     layer to one output) ``z = head(H)`` squeezed to ``x.shape[:-1]``: ``(H, z or None)``, or
     None where the fused path does not apply: not float32 on the CPU, a layer without bias,
-    no rows, no kernel on this machine. Matrix products through oneDNN where torch has it
-    (:func:`_onednn`), the ReLUs' backward pass (and the head) through
+    no rows, no kernel on this machine, NaN or inf in the weights or (unless the caller
+    has checked, ``finite_input``) in ``x``: oneDNN's fused ReLU turns NaN into 0, where the
+    plain layers carry it on to an error downstream. Matrix products through oneDNN where
+    torch has it (:func:`_onednn`), the ReLUs' backward pass (and the head) through
     :file:`_relu_kernel.c`."""
     params = [t for lin in linears for t in (lin.weight, lin.bias)]
     head_params = [] if head is None else [head.weight, head.bias]
@@ -340,6 +342,11 @@ def relu_mlp(x: Tensor, linears: list[torch.nn.Linear], valid: Tensor | None = N
         return None
     if head is not None and tuple(head.weight.shape) != (1, linears[-1].weight.shape[0]):
         return None
+    with torch.no_grad():  # one sum a tensor: NaN and inf show in the total
+        if not bool(torch.isfinite(torch.stack([t.sum() for t in params + head_params]).sum())):
+            return None
+        if not finite_input and not bool(torch.isfinite(x).all()):
+            return None
     lead = x.shape[:-1]
     rows = x.reshape(-1, x.shape[-1]).contiguous()
     keep = None

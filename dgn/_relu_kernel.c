@@ -8,7 +8,7 @@
  * summed there too. Built with _scmm_kernel.c into one library by dgn._kernels;
  * tests/test_kernels.py checks it against autograd through nn.Linear and nn.ReLU.
  *
- *   Z[r, c]     = G[r, c] + u[r] w[c] if Y[r, c] > 0 else 0   (Y: the ReLU's output;
+ *   Z[r, c]     = 0 if Y[r, c] <= 0 else G[r, c] + u[r] w[c]  (Y: the ReLU's output;
  *                                                              u, w: the head, or none)
  *   out         = Z          (R, C), when out is not NULL (it may be G itself)
  *   outT        = Z^T        (C, R), when outT is not NULL
@@ -89,7 +89,7 @@ static inline void relu_grad_one(int64_t R, int64_t C, int64_t r, int64_t c, con
                                  const float *u, const float *w, float *out, float *outT, float *db, float *dw) {
     const float y = Y[r * C + c];
     const float g = u ? G[r * C + c] + u[r] * w[c] : G[r * C + c];
-    const float z = y > 0.0f ? g : 0.0f;
+    const float z = y <= 0.0f ? 0.0f : g; /* a NaN output passes the gradient, as in torch */
     db[c] += z;
     if (u) dw[c] += y * u[r];
     if (out) out[r * C + c] = z;
@@ -129,7 +129,7 @@ int64_t relu_backward(int64_t R, int64_t C, const float *G, const float *Y, cons
                         const int64_t at = (r0 + i) * C + c0;
                         const tvf y = tload(Y + at);
                         const tvf g = tload(G + at) + u[r0 + i] * wv;
-                        z[i] = (tvf)((y > 0.0f) & (tvi)g);
+                        z[i] = (tvf)(~(y <= 0.0f) & (tvi)g);
                         sum += z[i];
                         wsum += y * u[r0 + i];
                         if (out) tstore(out + at, z[i]);
@@ -138,7 +138,7 @@ int64_t relu_backward(int64_t R, int64_t C, const float *G, const float *Y, cons
                 } else {
                     for (int i = 0; i < TW; i++) {
                         const int64_t at = (r0 + i) * C + c0;
-                        z[i] = (tvf)((tload(Y + at) > 0.0f) & (tvi)tload(G + at));
+                        z[i] = (tvf)(~(tload(Y + at) <= 0.0f) & (tvi)tload(G + at));
                         sum += z[i];
                         if (out) tstore(out + at, z[i]);
                     }

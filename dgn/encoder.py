@@ -34,21 +34,39 @@ def _check_sizes(in_features: int, hidden_features: int, out_features: int, drop
         raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
 
 
-def _fusable(module: Encoder | DeepEncoder) -> bool:
-    """Whether ``module`` runs fused now: ``fused`` set and no dropout to apply."""
-    return module.fused and not (module.training and any(isinstance(m, nn.Dropout) and m.p > 0
-                                                         for m in module.net))
+def _fused_layers(module: Encoder | DeepEncoder, mask: Tensor | None, x: Tensor) -> list[nn.Linear] | None:
+    """The linear layers to run fused, or None where the plain layers must run: ``fused``
+    off, dropout to apply, layers other than the package's Linear/ReLU(/Dropout) pattern,
+    hooks on any of the modules (pruning, weight norm, a user's), or a mask that is not a
+    bool one of shape ``x.shape[:-1]``."""
+    if not module.fused:
+        return None
+    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(x.shape[:-1])):
+        return None
+    layers = [m for m in module.net if not isinstance(m, nn.Dropout)]
+    if module.training and any(isinstance(m, nn.Dropout) and m.p > 0 for m in module.net):
+        return None
+    if len(layers) % 2 or any(type(m) is not (nn.Linear if i % 2 == 0 else nn.ReLU) for i, m in enumerate(layers)):
+        return None
+    from torch.nn.modules import module as torch_module
+
+    if any(getattr(torch_module, name, None) for name in ("_global_forward_hooks", "_global_forward_pre_hooks",
+                                                          "_global_backward_hooks", "_global_backward_pre_hooks")):
+        return None
+    for m in module.modules():
+        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
+            return None
+    return layers[0::2]  # type: ignore[return-value]
 
 
 def _encode(module: Encoder | DeepEncoder, x: Tensor, mask: Tensor | None) -> Tensor:
     """The shared forward pass: checks, then the fused path where it applies, else the layers."""
     _check_input(x, module.in_features)
-    if mask is not None and tuple(mask.shape) != tuple(x.shape[:-1]):
-        raise ValueError(f"encoder mask must have shape {tuple(x.shape[:-1])}, got {tuple(mask.shape)}")
-    if _fusable(module):
+    linears = _fused_layers(module, mask, x)
+    if linears is not None:
         from dgn import _kernels
 
-        out = _kernels.relu_mlp(x, [m for m in module.net if isinstance(m, nn.Linear)], mask)
+        out = _kernels.relu_mlp(x, linears, mask)
         if out is not None:
             return out[0]
     H = module.net(x)
@@ -60,13 +78,15 @@ def _encode(module: Encoder | DeepEncoder, x: Tensor, mask: Tensor | None) -> Te
 def _encode_with_head(module: Encoder | DeepEncoder, x: Tensor, mask: Tensor | None,
                       head: nn.Linear) -> tuple[Tensor, Tensor] | None:
     """``(H, head(H).squeeze(-1))`` in one fused call (the DGN's modular term rides along in
-    the last layer's passes), or None where the fused path does not apply."""
-    if not _fusable(module):
+    the last layer's passes) for input the caller has checked finite, or None where the
+    fused path does not apply."""
+    _check_input(x, module.in_features)
+    linears = _fused_layers(module, mask, x)
+    if linears is None or head._forward_hooks or head._forward_pre_hooks or type(head) is not nn.Linear:
         return None
     from dgn import _kernels
 
-    _check_input(x, module.in_features)
-    out = _kernels.relu_mlp(x, [m for m in module.net if isinstance(m, nn.Linear)], mask, head=head)
+    out = _kernels.relu_mlp(x, linears, mask, head=head, finite_input=True)
     return None if out is None else (out[0], out[1])  # type: ignore[return-value]
 
 
@@ -95,7 +115,9 @@ class Encoder(nn.Module):
             operand laid out transposed); a :class:`~dgn.model.DGN` computes its modular
             term in the same passes. The same values up to float rounding, a training step
             about 1.2 times faster (docs/benchmarks.md, Training speed); other dtypes and
-            devices, and dropout in training mode, run the plain layers.
+            devices, dropout in training mode, layers changed from the built ones or carrying
+            hooks (pruning, weight norm), and NaN or inf in the input or the weights run the
+            plain layers (oneDNN's fused ReLU would turn a NaN into 0).
 
     Shape:
         - Input: ``(*, F)``
@@ -141,7 +163,9 @@ class DeepEncoder(nn.Module):
             operand laid out transposed); a :class:`~dgn.model.DGN` computes its modular
             term in the same passes. The same values up to float rounding, a training step
             about 1.2 times faster (docs/benchmarks.md, Training speed); other dtypes and
-            devices, and dropout in training mode, run the plain layers.
+            devices, dropout in training mode, layers changed from the built ones or carrying
+            hooks (pruning, weight norm), and NaN or inf in the input or the weights run the
+            plain layers (oneDNN's fused ReLU would turn a NaN into 0).
 
     Shape:
         - Input: ``(*, F)``

@@ -250,7 +250,7 @@ class DGN(nn.Module):
 
     def encode(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         """``(B, N, F) -> (B, N, E)`` nonnegative encoding; padding rows are zeroed."""
-        if isinstance(self.encoder, (Encoder, DeepEncoder)):
+        if type(self.encoder).forward in (Encoder.forward, DeepEncoder.forward):
             return self.encoder(features, mask)  # type: ignore[no-any-return]
         H = self.encoder(features)  # an encoder of the user's own
         if mask is not None:
@@ -296,7 +296,8 @@ class DGN(nn.Module):
     def _encode_and_score(self, X: Tensor, valid: Tensor) -> tuple[Tensor, Tensor | None]:
         """:meth:`encode` then :meth:`modular_scores`; a fused encoder computes the modular
         layer in its own passes."""
-        if self.modular is not None and isinstance(self.encoder, (Encoder, DeepEncoder)) and self.encoder.fused:
+        if (self.modular is not None and type(self.encoder).forward in (Encoder.forward, DeepEncoder.forward)
+                and self.encoder.fused):
             out = _encode_with_head(self.encoder, X, valid, self.modular)
             if out is not None:
                 return out[0], self._modular_from(out[1], X)

@@ -271,13 +271,18 @@ def make_optimizer(model: Model, config: TrainConfig) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
 
 
-def clip_gradients(parameters: Iterable[torch.Tensor], max_norm: float) -> float:
+def clip_gradients(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm: float) -> float:
     """Scale the gradients so that their total 2-norm is at most ``max_norm``; return the
     norm before. The result of ``torch.nn.utils.clip_grad_norm_``, bit for bit, without its
-    pass over the gradients when they are within the bound (its factor is then exactly 1)."""
+    pass over the gradients when they are within the bound (its factor is then exactly 1;
+    torch before 2.6, which lacks the two halves of ``clip_grad_norm_``, runs it whole)."""
+    if isinstance(parameters, torch.Tensor):
+        parameters = [parameters]
     params = [p for p in parameters if p.grad is not None]
     if not params:
         return 0.0
+    if not hasattr(nn.utils, "get_total_norm"):
+        return float(nn.utils.clip_grad_norm_(params, max_norm))
     total = nn.utils.get_total_norm([p.grad for p in params])
     factor = float(max_norm / (total + 1e-6))  # as clip_grads_with_norm_ computes it, before its clamp at 1
     if not factor >= 1.0:  # below 1, or NaN

@@ -452,7 +452,7 @@ def test_fused_encoder_leaves_frozen_layers_and_other_cases_to_the_plain_path(mo
     assert torch.equal(enc64(x.double()), _encoder(False, 12, 20, 8, seed=0).double()(x.double()))
     assert enc64(torch.empty(0, 12, dtype=torch.float64)).shape == (0, 8)
     assert enc.eval()(torch.empty(0, 12)).shape == (0, 8) and len(calls) == 1
-    with pytest.raises(ValueError, match="mask must have shape"):
+    with pytest.raises(RuntimeError, match="must match"):  # the plain layers' broadcasting error
         enc(x, torch.ones(3, 4, dtype=torch.bool))
 
 
@@ -650,3 +650,63 @@ def test_loss_kernel_second_derivative_and_switch_off():
         assert "LayerwiseCE" not in type(loss.grad_fn).__name__, loss.grad_fn
     """)
     subprocess.run([sys.executable, "-c", script], check=True, env={**os.environ, "DGN_KERNELS": "0"})
+
+
+@needs_kernel
+def test_fused_encoder_leaves_nan_hooks_and_changed_layers_to_the_plain_path(monkeypatch):
+    """NaN in the weights or the input (oneDNN's fused ReLU would make it 0), hooks on any
+    layer (pruning), layers other than the built Linear/ReLU ones, a mask that is not bool
+    of the input's shape, all run the plain layers, with their results; an encoder of the
+    user's own with forward(x) still works inside a DGN."""
+    import torch.nn.utils.prune as prune
+
+    from dgn.model import DGN, DGNConfig
+
+    calls = []
+    monkeypatch.setattr(_kernels._ReluMLP, "apply", _counted(_kernels._ReluMLP.apply, calls))
+    x = torch.randn(2, 5, 6)
+
+    def same(enc, *args, exact=True):
+        enc.fused = True
+        fused = enc(*args)
+        enc.fused = False
+        tol = 0 if exact else 1e-5  # the fused path rounds differently
+        torch.testing.assert_close(fused, enc(*args), equal_nan=True, rtol=tol, atol=tol)
+        return fused
+
+    enc = _encoder(False, 6, 8, 4, seed=0)
+    with torch.no_grad():
+        enc.net[0].weight[0, 0] = float("nan")
+    assert torch.isnan(same(enc, x)).any() and not calls
+    enc = _encoder(False, 6, 8, 4, seed=0)
+    bad = x.clone()
+    bad[0, 0, 0] = float("nan")
+    assert torch.isnan(same(enc, bad)).any() and not calls
+    prune.l1_unstructured(enc.net[0], "weight", amount=0.5)  # a forward pre-hook
+    same(enc, x)
+    assert not calls
+    enc = _encoder(False, 6, 8, 4, seed=0)
+    enc.net[1] = torch.nn.Tanh()
+    same(enc, x)
+    assert not calls
+    enc = _encoder(False, 6, 8, 4, seed=0)
+    same(enc, x, torch.tensor([1.0, 0.5, 0.0, 1.0, 1.0]))  # a float mask, broadcast over problems
+    same(enc, x, torch.tensor([True, False, True, True, True]))  # a bool mask of another shape
+    assert not calls
+    same(enc, x, torch.rand(2, 5) > 0.5, exact=False)
+    assert len(calls) == 1
+
+    class Own(torch.nn.Module):
+        fused = True
+
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(6, 4)
+
+        def forward(self, features):
+            return torch.relu(self.lin(features))
+
+    model = DGN(DGNConfig(in_features=6, hidden_features=8, encoded_features=4, steps=2))
+    model.encoder = Own()
+    out = model.train()(x, torch.ones(2, 5, dtype=torch.bool))
+    assert out.logits.shape == (2, 2, 5) and len(calls) == 1

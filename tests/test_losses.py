@@ -194,3 +194,18 @@ def test_clip_gradients_equals_torch_clip_grad_norm():
             if a.grad is not None:  # the same bits, NaN where NaN
                 torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0, equal_nan=True)
     assert clip_gradients([torch.nn.Parameter(torch.zeros(2))], 5.0) == 0.0
+    lone = torch.nn.Parameter(torch.zeros(3, 4))
+    lone.grad = torch.full((3, 4), 10.0)
+    assert clip_gradients(lone, 5.0) == pytest.approx(10 * 12 ** 0.5, rel=1e-6)
+    torch.testing.assert_close(lone.grad.norm(), torch.tensor(5.0), rtol=1e-5, atol=0)
+
+
+def test_clip_gradients_on_a_torch_without_get_total_norm(monkeypatch):
+    """Where torch lacks get_total_norm (before 2.6) clip_gradients runs clip_grad_norm_."""
+    from dgn.train import clip_gradients
+
+    monkeypatch.delattr(torch.nn.utils, "get_total_norm")
+    p = torch.nn.Parameter(torch.zeros(4))
+    p.grad = torch.tensor([30.0, 40.0, 0.0, 0.0])
+    assert clip_gradients([p], 5.0) == pytest.approx(50.0)
+    torch.testing.assert_close(p.grad, torch.tensor([3.0, 4.0, 0.0, 0.0]), rtol=1e-5, atol=1e-6)
