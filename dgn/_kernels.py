@@ -37,6 +37,7 @@ __all__ = ["soft_layers", "relu_mlp", "layerwise_ce", "available"]
 
 _SOURCES = tuple(Path(__file__).with_name(name) for name in ("_scmm_kernel.c", "_relu_kernel.c",
                                                                     "_loss_kernel.c"))
+_HEADER = Path(__file__).with_name("_kernel_common.h")  # included by the first two
 # -fassociative-math (with the two flags it needs) lets sums be vectorised; unlike
 # -ffast-math it keeps inf and NaN semantics, which the kernel's overflow check relies on.
 _FLAGS = ("-O3", "-fno-math-errno", "-fassociative-math", "-fno-signed-zeros", "-fno-trapping-math", "-fPIC",
@@ -80,9 +81,9 @@ def _library() -> ctypes.CDLL | None:
         return None
     cc = os.environ.get("CC")
     compiler = shlex.split(cc) if cc else [c for c in (shutil.which(n) for n in ("cc", "gcc", "clang")) if c][:1]
-    if not compiler or not all(path.is_file() for path in _SOURCES):
+    if not compiler or not all(path.is_file() for path in (*_SOURCES, _HEADER)):
         return None
-    source = b"".join(path.read_bytes() for path in _SOURCES)
+    source = b"".join(path.read_bytes() for path in (*_SOURCES, _HEADER))
     digest = hashlib.sha256(source + " ".join(_FLAGS).encode() + _machine_key().encode() + " ".join(compiler).encode())
     target = default_cache_dir() / "kernels" / f"scmm_{digest.hexdigest()[:20]}.so"
     with _LOCK:
@@ -210,13 +211,12 @@ def soft_layers(feats: Tensor, alpha: Tensor | None, valid: Tensor, mod: Tensor 
     return None if overflow[0] else out
 
 
-
 @functools.cache
 def _onednn() -> Any:
     """oneDNN's dense-operand linear layer with a fused ReLU (``torch.ops.mkldnn._linear_pointwise``,
     the operator ``torch.compile`` uses on CPU), or None where this build of torch lacks it or
     it does not give the plain product on a small case. On this machine's AMD EPYC it runs
-    the encoder's products 15 to 20% faster than ``torch.mm`` (MKL), see docs/benchmarks.md."""
+    the encoder's products 9 to 39% faster than ``torch.mm`` (MKL), see docs/benchmarks.md."""
     try:
         if not torch.backends.mkldnn.is_available():
             return None
@@ -388,7 +388,7 @@ class _LayerwiseCE(torch.autograd.Function):
         assert lib is not None
         B, K, N = logits.shape
         d_logits = torch.empty_like(logits)
-        grad = grad.contiguous()  # kept alive across the call (mean's gradient is an expanded view)
+        grad = grad.contiguous()  # kept alive across the call (a sum's gradient is an expanded view)
         if lib.layerwise_ce_backward(B, K, N, logits.data_ptr(), gold.data_ptr(), used.data_ptr(),
                                      grad.data_ptr(), d_logits.data_ptr()) < 0:
             raise MemoryError("the loss kernel could not allocate its work space")

@@ -35,11 +35,48 @@ static inline float row_lse(int64_t N, const float *row, float m) {
     return m + logf(s);
 }
 
-/* Loss of each of B problems (L: (B, K, N); gold: (B, N) bytes; picks_in: (B, K) or NULL
- * for each layer's argmax). Writes loss (B) and the picks used, picks (B, K). Returns 0, or
- * -1 when out of memory. */
-int64_t layerwise_ce_forward(int64_t B, int64_t K, int64_t N, const float *L, const uint8_t *gold,
-                             const int64_t *picks_in, int64_t *picks, float *loss) {
+/* One problem's layers (L: (K, N), gold: (N) bytes, open: N bytes of work space). With
+ * loss not NULL: writes *loss and the picks used (the given picks_in, else each layer's
+ * argmax). With dL not NULL: writes the gradient dL (K, N) of d * loss, the picks read
+ * from picks_in. */
+static void problem(int64_t K, int64_t N, const float *L, const uint8_t *gold, const int64_t *picks_in,
+                    int64_t *picks, float *loss, float d, float *dL, uint8_t *open) {
+    memcpy(open, gold, (size_t)N);
+    float total = 0.0f;
+    for (int64_t k = 0; k < K; k++) {
+        const float *row = L + k * N;
+        float m;
+        int64_t best;
+        const int finite = row_max(N, row, &m, &best);
+        const float lse = finite ? row_lse(N, row, m) : 0.0f;
+        float count = 0.0f;
+        for (int64_t v = 0; v < N; v++) count += open[v];
+        if (loss) {
+            if (finite) {
+                for (int64_t v = 0; v < N; v++)
+                    if (open[v]) total += lse - row[v];
+            } else if (count > 0.0f) {
+                total = INFINITY;
+            }
+        }
+        if (dL) {
+            float *out = dL + k * N;
+            if (finite)
+                for (int64_t v = 0; v < N; v++) out[v] = d * (count * expf(row[v] - lse) - (float)open[v]);
+            else
+                memset(out, 0, sizeof(float) * (size_t)N);
+        }
+        const int64_t pick = picks_in ? picks_in[k] : best;
+        if (picks) picks[k] = pick;
+        if (pick >= 0) open[pick] = 0;
+    }
+    if (loss) *loss = total;
+}
+
+/* A batch of B problems split over OpenMP threads; loss, picks (forward) or dloss, dL
+ * (backward) NULL as problem() takes them. Returns 0, or -1 when out of memory. */
+static int64_t batch(int64_t B, int64_t K, int64_t N, const float *L, const uint8_t *gold,
+                     const int64_t *picks_in, int64_t *picks, float *loss, const float *dloss, float *dL) {
     int64_t failed = 0;
 #pragma omp parallel reduction(+ : failed)
     {
@@ -48,65 +85,26 @@ int64_t layerwise_ce_forward(int64_t B, int64_t K, int64_t N, const float *L, co
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < B; b++) {
             if (!open) continue;
-            memcpy(open, gold + b * N, (size_t)N);
-            float total = 0.0f;
-            for (int64_t k = 0; k < K; k++) {
-                const float *row = L + (b * K + k) * N;
-                float m;
-                int64_t best;
-                const int finite = row_max(N, row, &m, &best);
-                if (finite) {
-                    const float lse = row_lse(N, row, m);
-                    for (int64_t v = 0; v < N; v++)
-                        if (open[v]) total += lse - row[v];
-                } else {
-                    for (int64_t v = 0; v < N; v++)
-                        if (open[v]) total = INFINITY;
-                }
-                const int64_t pick = picks_in ? picks_in[b * K + k] : best;
-                picks[b * K + k] = pick;
-                if (pick >= 0) open[pick] = 0;
-            }
-            loss[b] = total;
+            problem(K, N, L + b * K * N, gold + b * N, picks_in ? picks_in + b * K : NULL,
+                    picks ? picks + b * K : NULL, loss ? loss + b : NULL, dloss ? dloss[b] : 0.0f,
+                    dL ? dL + b * K * N : NULL, open);
         }
         free(open);
     }
     return failed ? -1 : 0;
 }
 
+/* Loss of each of B problems (L: (B, K, N); gold: (B, N) bytes; picks_in: (B, K) or NULL
+ * for each layer's argmax). Writes loss (B) and the picks used, picks (B, K). Returns 0, or
+ * -1 when out of memory. */
+int64_t layerwise_ce_forward(int64_t B, int64_t K, int64_t N, const float *L, const uint8_t *gold,
+                             const int64_t *picks_in, int64_t *picks, float *loss) {
+    return batch(B, K, N, L, gold, picks_in, picks, loss, NULL, NULL);
+}
+
 /* The gradient: dL (B, K, N) from dloss (B) and the picks of the forward pass. Returns 0,
  * or -1 when out of memory. */
 int64_t layerwise_ce_backward(int64_t B, int64_t K, int64_t N, const float *L, const uint8_t *gold,
                               const int64_t *picks, const float *dloss, float *dL) {
-    int64_t failed = 0;
-#pragma omp parallel reduction(+ : failed)
-    {
-        uint8_t *open = malloc((size_t)N + 1);
-        if (!open) failed = 1;
-#pragma omp for schedule(static)
-        for (int64_t b = 0; b < B; b++) {
-            if (!open) continue;
-            memcpy(open, gold + b * N, (size_t)N);
-            const float d = dloss[b];
-            for (int64_t k = 0; k < K; k++) {
-                const float *row = L + (b * K + k) * N;
-                float *out = dL + (b * K + k) * N;
-                float m;
-                int64_t best;
-                if (row_max(N, row, &m, &best)) {
-                    const float lse = row_lse(N, row, m);
-                    float count = 0.0f;
-                    for (int64_t v = 0; v < N; v++) count += open[v];
-                    for (int64_t v = 0; v < N; v++)
-                        out[v] = d * (count * expf(row[v] - lse) - (float)open[v]);
-                } else {
-                    memset(out, 0, sizeof(float) * (size_t)N);
-                }
-                const int64_t pick = picks[b * K + k];
-                if (pick >= 0) open[pick] = 0;
-            }
-        }
-        free(open);
-    }
-    return failed ? -1 : 0;
+    return batch(B, K, N, L, gold, picks, NULL, NULL, dloss, dL);
 }

@@ -15,38 +15,14 @@
  *   db[c]       = sum_r Z[r, c]
  *   dw[c]       = sum_r Y[r, c] u[r]                           (with a head)
  */
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
+#include "_kernel_common.h"
+
+/* A tile is BW x BW floats (_kernel_common.h): BW rows of BW columns, one vector a row. */
+
+/* Write the transpose of the tile v (row i = v[i]) at outT[j * R], j = 0..BW-1. */
+static inline void store_transposed(vf *v, float *outT, int64_t R) {
 #if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-#if defined(_OPENMP)
-#include <omp.h>
-static int relu_max_threads(void) { return omp_get_max_threads(); }
-static int relu_thread_index(void) { return omp_get_thread_num(); }
-#else
-static int relu_max_threads(void) { return 1; }
-static int relu_thread_index(void) { return 0; }
-#endif
-
-/* A tile is TW x TW floats: TW rows of TW columns, one vector a row. */
-#define TW 16
-typedef float tvf __attribute__((vector_size(4 * TW)));
-typedef int32_t tvi __attribute__((vector_size(4 * TW)));
-
-static inline tvf tload(const float *p) {
-    tvf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void tstore(float *p, tvf v) { memcpy(p, &v, sizeof v); }
-
-/* Write the transpose of the tile v (row i = v[i]) at outT[j * R], j = 0..TW-1. */
-static inline void store_transposed(tvf *v, float *outT, int64_t R) {
-#if defined(__AVX512F__)
-    __m512 r[TW], t[TW];
+    __m512 r[BW], t[BW];
     memcpy(r, v, sizeof r);
     /* interleave pairs of rows, then pairs of pairs: r[4i + j] holds, in its 128-bit lane
      * L, column 4L + j of rows 4i .. 4i + 3 */
@@ -74,12 +50,12 @@ static inline void store_transposed(tvf *v, float *outT, int64_t R) {
         _mm512_storeu_ps(outT + (int64_t)(12 + j) * R, _mm512_shuffle_f32x4(ab13, cd13, 0xdd));
     }
 #else
-    float tile[TW][TW];
+    float tile[BW][BW];
     memcpy(tile, v, sizeof tile);
-    for (int j = 0; j < TW; j++) {
-        tvf col;
-        for (int i = 0; i < TW; i++) col[i] = tile[i][j];
-        tstore(outT + (int64_t)j * R, col);
+    for (int j = 0; j < BW; j++) {
+        vf col;
+        for (int i = 0; i < BW; i++) col[i] = tile[i][j];
+        store(outT + (int64_t)j * R, col);
     }
 #endif
 }
@@ -96,57 +72,57 @@ static inline void relu_grad_one(int64_t R, int64_t C, int64_t r, int64_t c, con
     if (outT) outT[c * R + r] = z;
 }
 
-/* Rows are split over the OpenMP threads (torch's runtime) in blocks of TW; each thread
+/* Rows are split over the OpenMP threads (torch's runtime) in blocks of BW; each thread
  * sums its bias (and head) gradient apart and the shares are added in thread order, so the
  * same number of threads gives the same bits. u, w and dw are NULL without a head. Returns
  * 0, or -1 when out of memory. */
 int64_t relu_backward(int64_t R, int64_t C, const float *G, const float *Y, const float *u, const float *w,
                       float *out, float *outT, float *db, float *dw) {
-    const int threads = relu_max_threads();
+    const int threads = max_threads();
     float *shares = calloc((size_t)threads * (size_t)C * 2, sizeof(float));
     if (!shares) return -1;
-    const int64_t blocks = (R + TW - 1) / TW;
+    const int64_t blocks = (R + BW - 1) / BW;
 #pragma omp parallel
     {
-        float *share = shares + (size_t)relu_thread_index() * (size_t)C * 2;
+        float *share = shares + (size_t)thread_index() * (size_t)C * 2;
         float *wshare = share + C;
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < blocks; b++) {
-            const int64_t r0 = b * TW;
-            if (r0 + TW > R) { /* the last rows */
+            const int64_t r0 = b * BW;
+            if (r0 + BW > R) { /* the last rows */
                 for (int64_t r = r0; r < R; r++)
                     for (int64_t c = 0; c < C; c++) relu_grad_one(R, C, r, c, G, Y, u, w, out, outT, share, wshare);
                 continue;
             }
             int64_t c0 = 0;
-            for (; c0 + TW <= C; c0 += TW) {
-                tvf z[TW];
-                tvf sum = tload(share + c0);
+            for (; c0 + BW <= C; c0 += BW) {
+                vf z[BW];
+                vf sum = load(share + c0);
                 if (u) {
-                    const tvf wv = tload(w + c0);
-                    tvf wsum = tload(wshare + c0);
-                    for (int i = 0; i < TW; i++) {
+                    const vf wv = load(w + c0);
+                    vf wsum = load(wshare + c0);
+                    for (int i = 0; i < BW; i++) {
                         const int64_t at = (r0 + i) * C + c0;
-                        const tvf y = tload(Y + at);
-                        const tvf g = tload(G + at) + u[r0 + i] * wv;
-                        z[i] = (tvf)(~(y <= 0.0f) & (tvi)g);
+                        const vf y = load(Y + at);
+                        const vf g = load(G + at) + u[r0 + i] * wv;
+                        z[i] = (vf)(~(y <= 0.0f) & (vi)g);
                         sum += z[i];
                         wsum += y * u[r0 + i];
-                        if (out) tstore(out + at, z[i]);
+                        if (out) store(out + at, z[i]);
                     }
-                    tstore(wshare + c0, wsum);
+                    store(wshare + c0, wsum);
                 } else {
-                    for (int i = 0; i < TW; i++) {
+                    for (int i = 0; i < BW; i++) {
                         const int64_t at = (r0 + i) * C + c0;
-                        z[i] = (tvf)(~(tload(Y + at) <= 0.0f) & (tvi)tload(G + at));
+                        z[i] = (vf)(~(load(Y + at) <= 0.0f) & (vi)load(G + at));
                         sum += z[i];
-                        if (out) tstore(out + at, z[i]);
+                        if (out) store(out + at, z[i]);
                     }
                 }
-                tstore(share + c0, sum);
+                store(share + c0, sum);
                 if (outT) store_transposed(z, outT + c0 * R + r0, R);
             }
-            for (int64_t r = r0; r < r0 + TW; r++) /* the last columns */
+            for (int64_t r = r0; r < r0 + BW; r++) /* the last columns */
                 for (int64_t c = c0; c < C; c++) relu_grad_one(R, C, r, c, G, Y, u, w, out, outT, share, wshare);
         }
     }
@@ -169,11 +145,11 @@ void last_layer(int64_t R, int64_t C, float *H, const uint8_t *valid, const floa
         float *h = H + r * C;
         if (valid && !valid[r]) memset(h, 0, sizeof(float) * (size_t)C);
         if (!w) continue;
-        tvf acc = {0};
+        vf acc = {0};
         int64_t c = 0;
-        for (; c + TW <= C; c += TW) acc += tload(h + c) * tload(w + c);
+        for (; c + BW <= C; c += BW) acc += load(h + c) * load(w + c);
         float dot = 0.0f;
-        for (int j = 0; j < TW; j++) dot += acc[j];
+        for (int j = 0; j < BW; j++) dot += acc[j];
         for (; c < C; c++) dot += h[c] * w[c];
         z[r] = b + dot;
     }

@@ -13,20 +13,8 @@
  * The derivative of sqrt is taken at max(sqrt(x), sqrt(1e-3)), as dgn.objectives does.
  */
 #include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-#if defined(_OPENMP)
-#include <omp.h>
-static int max_threads(void) { return omp_get_max_threads(); }
-static int thread_index(void) { return omp_get_thread_num(); }
-#else
-static int max_threads(void) { return 1; }
-static int thread_index(void) { return 0; }
-#endif
+
+#include "_kernel_common.h"
 
 #define FLOOR 0.031622776601683794f /* sqrt(1e-3) */
 #define TINY 1e-30f
@@ -49,22 +37,8 @@ static inline float rsqrt_newton(float x) {
     return y;
 }
 
-/* Features are processed in blocks of BW with GCC/Clang vector types (the compiler maps
- * them onto the machine's registers: one AVX-512 register, two AVX ones, four NEON ones),
- * each block's sums kept in registers across the N rows; the last E % BW features one at a
- * time. */
-#define BW 16
-typedef float vf __attribute__((vector_size(4 * BW)));
-typedef int32_t vi __attribute__((vector_size(4 * BW)));
-
-static inline vf load(const float *p) {
-    vf v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void store(float *p, vf v) { memcpy(p, &v, sizeof v); }
-
+/* Features are processed in blocks of BW (_kernel_common.h), each block's sums kept in
+ * registers across the N rows; the last E % BW features one at a time. */
 static inline vf splat(float x) { return (vf){0} + x; }
 
 static inline vf vselect(vi m, vf a, vf b) { return (vf)((m & (vi)a) | (~m & (vi)b)); }
