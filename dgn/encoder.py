@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules import module as _torch_module
 
 __all__ = ["Encoder", "DeepEncoder"]
+
+# torch's hooks on every module: with any set, the fused path (which skips the layers'
+# __call__) does not run
+_GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+                 "_global_backward_pre_hooks")
 
 
 def _relu_mlp(sizes: list[int], dropout: float) -> nn.Sequential:
@@ -34,62 +40,6 @@ def _check_sizes(in_features: int, hidden_features: int, out_features: int, drop
         raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
 
 
-def _fused_layers(module: Encoder | DeepEncoder, mask: Tensor | None, x: Tensor) -> list[nn.Linear] | None:
-    """The linear layers to run fused, or None where the plain layers must run: ``fused``
-    off, dropout to apply, layers other than the package's Linear/ReLU(/Dropout) pattern,
-    hooks on any of the modules (pruning, weight norm, a user's), or a mask that is not a
-    bool one of shape ``x.shape[:-1]``."""
-    if not module.fused:
-        return None
-    if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(x.shape[:-1])):
-        return None
-    layers = [m for m in module.net if not isinstance(m, nn.Dropout)]
-    if module.training and any(isinstance(m, nn.Dropout) and m.p > 0 for m in module.net):
-        return None
-    if len(layers) % 2 or any(type(m) is not (nn.Linear if i % 2 == 0 else nn.ReLU) for i, m in enumerate(layers)):
-        return None
-    from torch.nn.modules import module as torch_module
-
-    if any(getattr(torch_module, name, None) for name in ("_global_forward_hooks", "_global_forward_pre_hooks",
-                                                          "_global_backward_hooks", "_global_backward_pre_hooks")):
-        return None
-    for m in module.modules():
-        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
-            return None
-    return layers[0::2]  # type: ignore[return-value]
-
-
-def _encode(module: Encoder | DeepEncoder, x: Tensor, mask: Tensor | None) -> Tensor:
-    """The shared forward pass: checks, then the fused path where it applies, else the layers."""
-    _check_input(x, module.in_features)
-    linears = _fused_layers(module, mask, x)
-    if linears is not None:
-        from dgn import _kernels
-
-        out = _kernels.relu_mlp(x, linears, mask)
-        if out is not None:
-            return out[0]
-    H = module.net(x)
-    if mask is not None:
-        H = H * mask.unsqueeze(-1).to(H.dtype)
-    return H  # type: ignore[no-any-return]
-
-
-def _encode_with_head(module: Encoder | DeepEncoder, x: Tensor, mask: Tensor | None,
-                      head: nn.Linear) -> tuple[Tensor, Tensor] | None:
-    """``(H, head(H).squeeze(-1))`` in one fused call (the DGN's modular term rides along in
-    the last layer's passes) for input the caller has checked finite, or None where the
-    fused path does not apply."""
-    _check_input(x, module.in_features)
-    linears = _fused_layers(module, mask, x)
-    if linears is None or head._forward_hooks or head._forward_pre_hooks or type(head) is not nn.Linear:
-        return None
-    from dgn import _kernels
-
-    out = _kernels.relu_mlp(x, linears, mask, head=head, finite_input=True)
-    return None if out is None else (out[0], out[1])  # type: ignore[return-value]
-
-
 def _check_input(x: Tensor, in_features: int) -> None:
     if not isinstance(x, Tensor) or not torch.is_floating_point(x):
         got = f"{x.dtype} tensor" if isinstance(x, Tensor) else type(x).__name__
@@ -98,7 +48,70 @@ def _check_input(x: Tensor, in_features: int) -> None:
         raise ValueError(f"encoder input must have shape (*, {in_features}), got {tuple(x.shape)}")
 
 
-class Encoder(nn.Module):
+class _ReluEncoder(nn.Module):
+    """Linear + ReLU layers of the given widths (dropout between hidden layers): what
+    :class:`Encoder` and :class:`DeepEncoder` share, the fused path included."""
+
+    def __init__(self, sizes: list[int], dropout: float) -> None:
+        super().__init__()
+        self.in_features = sizes[0]
+        self.out_features = sizes[-1]
+        self.net = _relu_mlp(sizes, dropout)
+        self.fused = False  # see Encoder's Attributes
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``x (*, F)`` to ``(*, E)``; with ``mask`` (``x.shape[:-1]``, bool), rows where it is
+        False come out as zeros."""
+        _check_input(x, self.in_features)
+        linears = self._fused_layers(mask, x)
+        if linears is not None:
+            from dgn import _kernels
+
+            out = _kernels.relu_mlp(x, linears, mask)
+            if out is not None:
+                return out[0]
+        H = self.net(x)
+        if mask is not None:
+            H = H * mask.unsqueeze(-1).to(H.dtype)
+        return H  # type: ignore[no-any-return]
+
+    def _forward_with_head(self, x: Tensor, mask: Tensor | None, head: nn.Linear) -> tuple[Tensor, Tensor] | None:
+        """``(H, head(H).squeeze(-1))`` in one fused call (the DGN's modular term rides along
+        in the last layer's passes) for input the caller has checked finite, or None where
+        the fused path does not apply."""
+        _check_input(x, self.in_features)
+        linears = self._fused_layers(mask, x)
+        if linears is None or head._forward_hooks or head._forward_pre_hooks or type(head) is not nn.Linear:
+            return None
+        from dgn import _kernels
+
+        out = _kernels.relu_mlp(x, linears, mask, head=head, finite_input=True)
+        return None if out is None else (out[0], out[1])  # type: ignore[return-value]
+
+    def _fused_layers(self, mask: Tensor | None, x: Tensor) -> list[nn.Linear] | None:
+        """The linear layers to run fused, or None where the plain layers must run: ``fused``
+        off, dropout to apply, layers other than the package's Linear/ReLU(/Dropout) pattern,
+        hooks on any of the modules (pruning, weight norm, a user's), or a mask that is not a
+        bool one of shape ``x.shape[:-1]``."""
+        if not self.fused:
+            return None
+        if mask is not None and (mask.dtype != torch.bool or tuple(mask.shape) != tuple(x.shape[:-1])):
+            return None
+        layers = [m for m in self.net if not isinstance(m, nn.Dropout)]
+        if self.training and any(isinstance(m, nn.Dropout) and m.p > 0 for m in self.net):
+            return None
+        if len(layers) % 2 or any(type(m) is not (nn.Linear if i % 2 == 0 else nn.ReLU)
+                                  for i, m in enumerate(layers)):
+            return None
+        if any(getattr(_torch_module, name, None) for name in _GLOBAL_HOOKS):
+            return None
+        for m in self.modules():
+            if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or m._backward_pre_hooks:
+                return None
+        return layers[0::2]  # type: ignore[return-value]
+
+
+class Encoder(_ReluEncoder):
     """Two linear layers with ReLUs: ``(B, N, F) -> (B, N, E)``, nonnegative output.
 
     Args:
@@ -133,20 +146,11 @@ class Encoder(nn.Module):
     def __init__(
         self, in_features: int, hidden_features: int, out_features: int, dropout: float = 0.0
     ) -> None:
-        super().__init__()
         _check_sizes(in_features, hidden_features, out_features, dropout)
-        self.in_features = in_features
-        self.out_features = out_features
-        self.net = _relu_mlp([in_features, hidden_features, out_features], dropout)
-        self.fused = False  # see Attributes
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """``x (*, F)`` to ``(*, E)``; with ``mask`` (``x.shape[:-1]``, bool), rows where it is
-        False come out as zeros."""
-        return _encode(self, x, mask)
+        super().__init__([in_features, hidden_features, out_features], dropout)
 
 
-class DeepEncoder(nn.Module):
+class DeepEncoder(_ReluEncoder):
     """Three linear layers with ReLUs (the paper's DeepEncoder: one layer more).
 
     Args:
@@ -156,16 +160,7 @@ class DeepEncoder(nn.Module):
         dropout: Dropout after each hidden layer.
 
     Attributes:
-        fused: Run the layers through :mod:`dgn._kernels` (default False;
-            ``TrainConfig.compile`` sets it while training): float32 on the CPU, oneDNN's
-            linear layer with the ReLU fused where torch has it, and one C pass a layer for
-            each ReLU's backward (its mask, the bias gradient, and the weight gradient's
-            operand laid out transposed); a :class:`~dgn.model.DGN` computes its modular
-            term in the same passes. The same values up to float rounding, a training step
-            about 1.2 times faster (docs/benchmarks.md, Training speed); other dtypes and
-            devices, dropout in training mode, layers changed from the built ones or carrying
-            hooks (pruning, weight norm), and NaN or inf in the input or the weights run the
-            plain layers (oneDNN's fused ReLU would turn a NaN into 0).
+        fused: As :attr:`Encoder.fused`.
 
     Shape:
         - Input: ``(*, F)``
@@ -175,14 +170,5 @@ class DeepEncoder(nn.Module):
     def __init__(
         self, in_features: int, hidden_features: int, out_features: int, dropout: float = 0.0
     ) -> None:
-        super().__init__()
         _check_sizes(in_features, hidden_features, out_features, dropout)
-        self.in_features = in_features
-        self.out_features = out_features
-        self.net = _relu_mlp([in_features, hidden_features, hidden_features, out_features], dropout)
-        self.fused = False  # see Attributes
-
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        """``x (*, F)`` to ``(*, E)``; with ``mask`` (``x.shape[:-1]``, bool), rows where it is
-        False come out as zeros."""
-        return _encode(self, x, mask)
+        super().__init__([in_features, hidden_features, hidden_features, out_features], dropout)

@@ -154,8 +154,6 @@ def layerwise_cross_entropy(
         2.7726
     """
     _check(states, gold, "gold", from_logits)
-    if reduction not in ("none", "mean", "sum"):
-        raise ValueError(f"reduction must be 'none', 'mean' or 'sum', got {reduction!r}")
     picks = None if indices is None else _picks(states, indices, from_logits)
     if from_logits:
         from dgn import _kernels

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from dgn._validation import as_features, as_mask
 from dgn._version import __version__
-from dgn.encoder import DeepEncoder, Encoder, _encode_with_head
+from dgn.encoder import DeepEncoder, Encoder, _ReluEncoder
 from dgn.errors import DgnUserError, one_line
 from dgn.greedy import RELAXATIONS, Selection, greedy_select
 from dgn.layer import GreedyLayer
@@ -250,7 +250,7 @@ class DGN(nn.Module):
 
     def encode(self, features: Tensor, mask: Tensor | None = None) -> Tensor:
         """``(B, N, F) -> (B, N, E)`` nonnegative encoding; padding rows are zeroed."""
-        if type(self.encoder).forward in (Encoder.forward, DeepEncoder.forward):
+        if self._own_encoder():
             return self.encoder(features, mask)  # type: ignore[no-any-return]
         H = self.encoder(features)  # an encoder of the user's own
         if mask is not None:
@@ -296,13 +296,17 @@ class DGN(nn.Module):
     def _encode_and_score(self, X: Tensor, valid: Tensor) -> tuple[Tensor, Tensor | None]:
         """:meth:`encode` then :meth:`modular_scores`; a fused encoder computes the modular
         layer in its own passes."""
-        if (self.modular is not None and type(self.encoder).forward in (Encoder.forward, DeepEncoder.forward)
-                and self.encoder.fused):
-            out = _encode_with_head(self.encoder, X, valid, self.modular)
+        if self.modular is not None and self._own_encoder() and self.encoder.fused:
+            out = self.encoder._forward_with_head(X, valid, self.modular)
             if out is not None:
                 return out[0], self._modular_from(out[1], X)
         H = self.encode(X, valid)
         return H, self.modular_scores(H, X)
+
+    def _own_encoder(self) -> bool:
+        """Whether the encoder runs the package's forward pass (it takes the mask and may run
+        fused), not one a user's subclass or replacement wrote."""
+        return type(self.encoder).forward is _ReluEncoder.forward
 
     def _inputs(self, features: Any, mask: Any) -> tuple[Tensor, Tensor]:
         X, _ = as_features(features)
