@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import math
 import os
 import platform
 import shlex
@@ -124,6 +125,8 @@ def _library() -> ctypes.CDLL | None:
     lib.layerwise_ce_backward.argtypes = [i64, i64, i64] + [p] * 5
     lib.last_layer.restype = None
     lib.last_layer.argtypes = [i64, i64, p, p, p, f32, p]
+    lib.sum_squares.restype = ctypes.c_double
+    lib.sum_squares.argtypes = [i64, p, p]
     return lib
 
 
@@ -134,6 +137,21 @@ def available() -> bool:
 
 def _ptr(t: Tensor | None) -> int | None:
     return None if t is None else t.data_ptr()
+
+
+def sum_squares(tensors: list[Tensor]) -> float | None:
+    """The sum of the squares of every entry of ``tensors`` in one C pass (float blocks,
+    summed in double), or None where the kernel does not apply: no kernel on this machine,
+    or a tensor that is not a contiguous float32 CPU one. inf or NaN where an entry is
+    non-finite or beyond 1.8e19 in size; so a finite result says every entry is finite."""
+    lib = _library()
+    if lib is None or any(t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous()
+                          for t in tensors):
+        return None
+    n = len(tensors)
+    ptrs = (ctypes.c_void_p * n)(*(t.data_ptr() for t in tensors))
+    lens = (ctypes.c_int64 * n)(*(t.numel() for t in tensors))
+    return float(lib.sum_squares(n, ptrs, lens))
 
 
 class _SoftSCMM(torch.autograd.Function):
@@ -342,18 +360,18 @@ def relu_mlp(x: Tensor, linears: list[torch.nn.Linear], valid: Tensor | None = N
         return None
     if head is not None and tuple(head.weight.shape) != (1, linears[-1].weight.shape[0]):
         return None
-    with torch.no_grad():  # sums: NaN and inf show in them (a finite overflow only declines)
-        if not bool(torch.isfinite(torch.stack([t.sum() for t in params + head_params]).sum())):
+    with torch.no_grad():  # NaN and inf show in the sums (a finite overflow only declines)
+        squares = sum_squares(params + head_params)
+        if squares is None:  # a weight that is not contiguous
+            squares = float(torch.stack([t.sum() for t in params + head_params]).sum())
+        if not math.isfinite(squares):
             return None
         if not finite_input and not bool(torch.isfinite(x.sum())):
             return None
     lead = x.shape[:-1]
     rows = x.reshape(-1, x.shape[-1]).contiguous()
-    keep = None
-    if valid is not None:
-        keep = valid.reshape(-1).to(device="cpu", dtype=torch.bool)
-        keep = None if bool(keep.all()) else keep.contiguous().view(torch.uint8)
-    out = _ReluMLP.apply(rows, keep, *(head_params or [None, None]), *params)
+    keep = None if valid is None else valid.reshape(-1).to(device="cpu", dtype=torch.bool).contiguous()
+    out = _ReluMLP.apply(rows, None if keep is None else keep.view(torch.uint8), *(head_params or [None, None]), *params)
     H, z = out if head is not None else (out, None)
     return H.view(*lead, H.shape[-1]), (None if z is None else z.view(lead))
 

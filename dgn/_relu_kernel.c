@@ -154,3 +154,29 @@ void last_layer(int64_t R, int64_t C, float *H, const uint8_t *valid, const floa
         z[r] = b + dot;
     }
 }
+
+/* sum_i sum_j x_i[j]^2 over n float arrays (x_i at ptrs[i], lens[i] floats), in one serial
+ * pass: squares summed in float vectors over blocks of at most 4096 floats, the blocks'
+ * sums in double. Finite exactly when every entry is finite and below 1.8e19 in size (a
+ * square beyond float range is inf), which is what the callers need: the encoder's
+ * check of its weights, and the gradient norm of dgn.train.clip_gradients. */
+double sum_squares(int64_t n, const float *const *ptrs, const int64_t *lens) {
+    double total = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const float *x = ptrs[i];
+        for (int64_t start = 0; start < lens[i]; start += 4096) {
+            int64_t end = start + 4096 < lens[i] ? start + 4096 : lens[i];
+            vf acc = {0};
+            int64_t j = start;
+            for (; j + BW <= end; j += BW) {
+                vf v = load(x + j);
+                acc += v * v;
+            }
+            float block = 0.0f;
+            for (int k = 0; k < BW; k++) block += acc[k];
+            for (; j < end; j++) block += x[j] * x[j];
+            total += (double)block;
+        }
+    }
+    return total;
+}

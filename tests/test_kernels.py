@@ -3,6 +3,7 @@ freed memory in the process (dgn._memory)."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -710,3 +711,24 @@ def test_fused_encoder_leaves_nan_hooks_and_changed_layers_to_the_plain_path(mon
     model.encoder = Own()
     out = model.train()(x, torch.ones(2, 5, dtype=torch.bool))
     assert out.logits.shape == (2, 2, 5) and len(calls) == 1
+
+
+@needs_kernel
+def test_sum_squares_equals_a_float64_sum_and_flags_non_finite_entries():
+    """The C pass's sum of squares (gradient norms, the fused encoder's weight check)
+    against a float64 sum over lengths off its 16-float vectors and 4096-float blocks; inf
+    where an entry is inf or too large to square in float, NaN where one is NaN; None for
+    tensors it does not read (non-contiguous, float64)."""
+    gen = torch.Generator().manual_seed(3)
+    tensors = [torch.randn(n, generator=gen) * s for n, s in ((1, 3.0), (15, 1.0), (4096, 0.1), (9000, 2.0),
+                                                              (300 * 300, 0.05), (0, 1.0))]
+    want = sum(float((t.double() ** 2).sum()) for t in tensors)
+    assert _kernels.sum_squares(tensors) == pytest.approx(want, rel=1e-6)
+    assert _kernels.sum_squares([]) == 0.0
+    for bad, expect in ((float("inf"), math.inf), (-3e19, math.inf), (float("nan"), None)):
+        t = tensors[3].clone()
+        t[4321] = bad
+        got = _kernels.sum_squares([tensors[0], t])
+        assert (math.isnan(got) if expect is None else got == expect)
+    assert _kernels.sum_squares([torch.randn(4, 5).t()]) is None
+    assert _kernels.sum_squares([torch.randn(4, dtype=torch.float64)]) is None
