@@ -159,7 +159,7 @@ class _SoftSCMM(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, H: Tensor, beta: Tensor | None, alpha: Tensor, valid: Tensor, tau: float,
-                K: int, overflow: list[bool]) -> tuple[Tensor, ...]:
+                K: int, status: list[int]) -> tuple[Tensor, ...]:
         lib = _library()
         assert lib is not None
         B, N, E = H.shape
@@ -174,9 +174,9 @@ class _SoftSCMM(torch.autograd.Function):
         C = H.new_empty(B, K, E)
         bad = lib.scmm_soft_forward(B, N, E, K, tau, H.data_ptr(), _ptr(beta), alpha.data_ptr(), valid.data_ptr(),
                                     *(t.data_ptr() for t in (S, L, P, PG, OK, G, C, R, AV)))
-        if bad < 0:
+        if bad == -1:
             raise MemoryError("the SCMM kernel could not allocate its work space")
-        overflow.append(bad > 0)
+        status.append(bad)  # > 0: logits out of float range; -2: an entry out of range
         # the backward pass reads S, P, OK and the mask: keep copies of its own, so that
         # callers may edit the outputs (or the mask) in place, as with the eager layers
         ctx.save_for_backward(H, alpha, valid.clone(), S.clone(), C, R, AV, P.clone(), OK.clone())
@@ -214,8 +214,10 @@ def soft_layers(feats: Tensor, alpha: Tensor | None, valid: Tensor, mod: Tensor 
                 k: int) -> tuple[Tensor, ...] | None:
     """:func:`dgn.greedy._soft_layers`'s outputs for a ``SCMM("sqrt")`` objective with the
     ``soft`` relaxation (``alpha`` its feature weights, None for all ones), or None where the
-    kernel does not apply: not float32 on the CPU, no kernel on this machine, or a ``tau``
-    so small that the logits leave float range."""
+    kernel does not apply: not float32 on the CPU, no kernel on this machine, an entry of
+    ``feats`` negative or not finite or one of ``mod`` not finite (the kernel checks them
+    as it reads them: the caller's checks then give the error), or a ``tau`` so small that
+    the logits leave float range."""
     if feats.device.type != "cpu" or feats.dtype != torch.float32 or _library() is None:
         return None
     if alpha is None:
@@ -224,9 +226,9 @@ def soft_layers(feats: Tensor, alpha: Tensor | None, valid: Tensor, mod: Tensor 
         return None
     if feats.shape[1] == 0 or feats.shape[2] == 0:
         return None
-    overflow: list[bool] = []
-    out = _SoftSCMM.apply(feats, mod, alpha, valid, float(tau), int(k), overflow)
-    return None if overflow[0] else out
+    status: list[int] = []
+    out = _SoftSCMM.apply(feats, mod, alpha, valid, float(tau), int(k), status)
+    return None if status[0] else out
 
 
 @functools.cache
@@ -381,27 +383,29 @@ class _LayerwiseCE(torch.autograd.Function):
     ``(B, K, N)``, gold ``(B, N)`` uint8 and the picks ``(B, K)`` (None: each layer's argmax)."""
 
     @staticmethod
-    def forward(ctx: Any, logits: Tensor, gold: Tensor, picks: Tensor | None) -> Tensor:
+    def forward(ctx: Any, logits: Tensor, gold: Tensor, picks: Tensor | None, status: list[int]) -> Tensor:
         lib = _library()
         assert lib is not None
         B, K, N = logits.shape
         used = torch.empty(B, K, dtype=torch.int64)
         loss = logits.new_empty(B)
-        if lib.layerwise_ce_forward(B, K, N, logits.data_ptr(), gold.data_ptr(), _ptr(picks), used.data_ptr(),
-                                    loss.data_ptr()) < 0:
+        code = lib.layerwise_ce_forward(B, K, N, logits.data_ptr(), gold.data_ptr(), _ptr(picks), used.data_ptr(),
+                                        loss.data_ptr())
+        if code == -1:
             raise MemoryError("the loss kernel could not allocate its work space")
+        status.append(code)  # -2: a logit NaN or +inf
         ctx.save_for_backward(logits, gold, used)
         return loss
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
         logits, gold, used = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: differentiate the composition instead
             from dgn.losses import _layerwise_terms
 
             with torch.enable_grad():
                 per = _layerwise_terms(logits, gold.bool(), used)
-                return torch.autograd.grad(per, logits, grad, create_graph=True)[0], None, None
+                return torch.autograd.grad(per, logits, grad, create_graph=True)[0], None, None, None
         lib = _library()
         assert lib is not None
         B, K, N = logits.shape
@@ -410,15 +414,25 @@ class _LayerwiseCE(torch.autograd.Function):
         if lib.layerwise_ce_backward(B, K, N, logits.data_ptr(), gold.data_ptr(), used.data_ptr(),
                                      grad.data_ptr(), d_logits.data_ptr()) < 0:
             raise MemoryError("the loss kernel could not allocate its work space")
-        return d_logits, None, None
+        return d_logits, None, None, None
+
+
+def layerwise_ce_applies(logits: Tensor) -> bool:
+    """Whether :func:`layerwise_ce` runs for these logits: float32 on the CPU, not empty, the
+    kernel built."""
+    return logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.numel() > 0 \
+        and _library() is not None
 
 
 def layerwise_ce(logits: Tensor, gold: Tensor, picks: Tensor | None) -> Tensor | None:
     """Each problem's layer-wise cross entropy (:func:`dgn.losses.layerwise_cross_entropy`
-    before its reduction) from checked float32 CPU logits, or None where the kernel does not
-    apply (another dtype or device, no kernel on this machine)."""
-    if logits.device.type != "cpu" or logits.dtype != torch.float32 or logits.numel() == 0 or _library() is None:
+    before its reduction) from float32 CPU logits of checked shape, or None where the kernel
+    does not apply (:func:`layerwise_ce_applies`) or a logit is NaN or +inf (the kernel
+    checks them as it reads them: the caller's check then gives the error)."""
+    if not layerwise_ce_applies(logits):
         return None
     gold_bytes = gold.to(device="cpu").bool().contiguous().view(torch.uint8)
     picks = None if picks is None else picks.to(device="cpu", dtype=torch.int64).contiguous()
-    return _LayerwiseCE.apply(logits.contiguous(), gold_bytes, picks)  # type: ignore[no-any-return]
+    status: list[int] = []
+    out = _LayerwiseCE.apply(logits.contiguous(), gold_bytes, picks, status)
+    return None if status[0] else out  # type: ignore[no-any-return]

@@ -35,12 +35,20 @@ static inline float row_lse(int64_t N, const float *row, float m) {
     return m + logf(s);
 }
 
+/* Whether an entry of L (n floats) is NaN or +inf, which dgn.losses refuses. */
+static int out_of_range(int64_t n, const float *L) {
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad |= !(L[i] < INFINITY); /* true for NaN too */
+    return bad;
+}
+
 /* One problem's layers (L: (K, N), gold: (N) bytes, open: N bytes of work space). With
  * loss not NULL: writes *loss and the picks used (the given picks_in, else each layer's
- * argmax). With dL not NULL: writes the gradient dL (K, N) of d * loss, the picks read
- * from picks_in. */
-static void problem(int64_t K, int64_t N, const float *L, const uint8_t *gold, const int64_t *picks_in,
-                    int64_t *picks, float *loss, float d, float *dL, uint8_t *open) {
+ * argmax), or returns 1 without them where an entry of L is NaN or +inf. With dL not NULL:
+ * writes the gradient dL (K, N) of d * loss, the picks read from picks_in. */
+static int problem(int64_t K, int64_t N, const float *L, const uint8_t *gold, const int64_t *picks_in,
+                   int64_t *picks, float *loss, float d, float *dL, uint8_t *open) {
+    if (loss && out_of_range(K * N, L)) return 1;
     memcpy(open, gold, (size_t)N);
     float total = 0.0f;
     for (int64_t k = 0; k < K; k++) {
@@ -71,32 +79,35 @@ static void problem(int64_t K, int64_t N, const float *L, const uint8_t *gold, c
         if (pick >= 0) open[pick] = 0;
     }
     if (loss) *loss = total;
+    return 0;
 }
 
 /* A batch of B problems split over OpenMP threads; loss, picks (forward) or dloss, dL
- * (backward) NULL as problem() takes them. Returns 0, or -1 when out of memory. */
+ * (backward) NULL as problem() takes them. Returns 0, -2 where the forward found an entry
+ * NaN or +inf, or -1 when out of memory. */
 static int64_t batch(int64_t B, int64_t K, int64_t N, const float *L, const uint8_t *gold,
                      const int64_t *picks_in, int64_t *picks, float *loss, const float *dloss, float *dL) {
-    int64_t failed = 0;
-#pragma omp parallel reduction(+ : failed)
+    int64_t failed = 0, wrong = 0;
+#pragma omp parallel reduction(+ : failed, wrong)
     {
         uint8_t *open = malloc((size_t)N + 1);
         if (!open) failed = 1;
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < B; b++) {
             if (!open) continue;
-            problem(K, N, L + b * K * N, gold + b * N, picks_in ? picks_in + b * K : NULL,
+            wrong += problem(K, N, L + b * K * N, gold + b * N, picks_in ? picks_in + b * K : NULL,
                     picks ? picks + b * K : NULL, loss ? loss + b : NULL, dloss ? dloss[b] : 0.0f,
                     dL ? dL + b * K * N : NULL, open);
         }
         free(open);
     }
-    return failed ? -1 : 0;
+    return failed ? -1 : wrong ? -2 : 0;
 }
 
 /* Loss of each of B problems (L: (B, K, N); gold: (B, N) bytes; picks_in: (B, K) or NULL
- * for each layer's argmax). Writes loss (B) and the picks used, picks (B, K). Returns 0, or
- * -1 when out of memory. */
+ * for each layer's argmax). Writes loss (B) and the picks used, picks (B, K). Returns 0, -2
+ * where an entry of L is NaN or +inf (the outputs are then not to be used), or -1 when out
+ * of memory. */
 int64_t layerwise_ce_forward(int64_t B, int64_t K, int64_t N, const float *L, const uint8_t *gold,
                              const int64_t *picks_in, int64_t *picks, float *loss) {
     return batch(B, K, N, L, gold, picks_in, picks, loss, NULL, NULL);

@@ -12,6 +12,7 @@
  *   c     += sum_n s[n] H[n,:];  r -= s;  A -= {argmax l}
  * The derivative of sqrt is taken at max(sqrt(x), sqrt(1e-3)), as dgn.objectives does.
  */
+#include <float.h>
 #include <math.h>
 
 #include "_kernel_common.h"
@@ -138,10 +139,32 @@ static void backward_features(int64_t N, int64_t E, const float *H, const float 
 
 /* Returns 0, or 1 when a layer's logits left float range (a tiny tau): the caller then
  * runs the general path, which handles it. */
+/* Whether every H entry is finite and >= 0 and every beta entry finite (padding rows
+ * too), as dgn._validation's checks ask; read just before the first layer reads H. */
+static int inputs_in_range(int64_t N, int64_t E, const float *H, const float *beta) {
+    const int64_t total = N * E;
+    const vf zero = {0}, big = splat(FLT_MAX);
+    vi ok = (vi){0} - 1;
+    int64_t i = 0;
+    for (; i + BW <= total; i += BW) {
+        const vf v = load(H + i);
+        ok &= (v >= zero) & (v <= big); /* false for NaN */
+    }
+    for (int j = 0; j < BW; j++)
+        if (!ok[j]) return 0;
+    for (; i < total; i++)
+        if (!(H[i] >= 0.0f && H[i] <= FLT_MAX)) return 0;
+    if (beta)
+        for (int64_t n = 0; n < N; n++)
+            if (!(fabsf(beta[n]) <= FLT_MAX)) return 0;
+    return 1;
+}
+
 static int forward_one(int64_t N, int64_t E, int64_t K, float tau, const float *H, const float *beta,
                       const float *alpha, const uint8_t *valid, float *S, float *L, int64_t *P,
                       float *PG, uint8_t *OK, float *G, float *C, float *R, uint8_t *AV, float *c,
                       float *r, uint8_t *avail, float *g, const float *zeros) {
+    if (!inputs_in_range(N, E, H, beta)) return 2;
     memset(c, 0, sizeof(float) * E);
     for (int64_t n = 0; n < N; n++) {
         r[n] = 1.0f;
@@ -249,12 +272,13 @@ static void backward_one(int64_t N, int64_t E, int64_t K, float tau, const float
  * torch itself uses, so no second pool competes for the cores). Layouts: H (B, N, E); beta,
  * valid (B, N); S, L, G, R, AV (B, K, N); P, PG, OK (B, K); C (B, K, E). beta may be NULL.
  * Returns the number of problems whose logits left float range (the outputs are then not
- * to be used), or -1 when out of memory. */
+ * to be used), -2 where an H entry is negative or not finite or a beta entry not finite
+ * (the outputs are not written), or -1 when out of memory. */
 int64_t scmm_soft_forward(int64_t B, int64_t N, int64_t E, int64_t K, float tau, const float *H, const float *beta,
                           const float *alpha, const uint8_t *valid, float *S, float *L, int64_t *P, float *PG,
                           uint8_t *OK, float *G, float *C, float *R, uint8_t *AV) {
-    int64_t bad = 0;
-#pragma omp parallel reduction(+ : bad)
+    int64_t bad = 0, wrong = 0;
+#pragma omp parallel reduction(+ : bad, wrong)
     {
         /* c (E), r (N), g (N), zeros (E), then avail (N bytes) */
         float *work = calloc(1, sizeof(float) * (2 * E + 2 * N) + N);
@@ -263,14 +287,18 @@ int64_t scmm_soft_forward(int64_t B, int64_t N, int64_t E, int64_t K, float tau,
         for (int64_t b = 0; b < B; b++) {
             if (!work) continue;
             const int64_t kn = b * K * N;
-            bad += forward_one(N, E, K, tau, H + b * N * E, beta ? beta + b * N : NULL, alpha, valid + b * N,
+            const int code = forward_one(N, E, K, tau, H + b * N * E, beta ? beta + b * N : NULL, alpha, valid + b * N,
                                S + kn, L + kn, P + b * K, PG + b * K, OK + b * K, G + kn, C + b * K * E, R + kn,
                                AV + kn, work, work + E, (uint8_t *)(work + 2 * E + 2 * N), work + E + N,
                                work + E + 2 * N);
+            if (code == 2)
+                wrong++;
+            else
+                bad += code;
         }
         free(work);
     }
-    return bad < 0 ? -1 : bad;
+    return bad < 0 ? -1 : wrong ? -2 : bad;
 }
 
 /* The backward pass of a batch (layouts as the forward's; dS, dL, dG (B, K, N) and dPG

@@ -24,7 +24,7 @@ def _describe(x: Any) -> str:
 
 
 def as_features(
-    features: Any, *, name: str = "features", nonnegative: bool = False
+    features: Any, *, name: str = "features", nonnegative: bool = False, values: bool = True
 ) -> tuple[Tensor, bool]:
     """Turn ``(N, E)`` or ``(B, N, E)`` input into a floating ``(B, N, E)`` tensor.
 
@@ -32,6 +32,8 @@ def as_features(
         features: A tensor or numpy array of rank 2 or 3.
         name: The argument's name, used in error messages.
         nonnegative: Reject negative entries (SCMM needs nonnegative features).
+        values: Check the entries (NaN, inf, the sign); False leaves that to a caller whose
+            kernel checks them as it reads them.
 
     Returns:
         The ``(B, N, E)`` tensor and whether a batch axis was added.
@@ -55,7 +57,7 @@ def as_features(
     unbatched = features.dim() == 2
     if unbatched:
         features = features.unsqueeze(0)
-    if features.numel():
+    if values and features.numel():
         # One reduction pass: NaN propagates into min and max, inf shows in them.
         lowest, highest = (float(v) for v in torch.aminmax(features.detach()))
         if not (math.isfinite(lowest) and math.isfinite(highest)):
@@ -89,8 +91,9 @@ def as_mask(mask: Any, batch: int, items: int, device: torch.device) -> Tensor:
     return mask.to(device)
 
 
-def as_modular(modular: Any, batch: int, items: int, like: Tensor) -> Tensor | None:
-    """Check an optional per-item modular bonus of shape ``(B, N)``."""
+def as_modular(modular: Any, batch: int, items: int, like: Tensor, values: bool = True) -> Tensor | None:
+    """Check an optional per-item modular bonus of shape ``(B, N)`` (its entries finite
+    unless ``values`` is False, as in :func:`as_features`)."""
     if modular is None:
         return None
     if isinstance(modular, np.ndarray):
@@ -101,7 +104,7 @@ def as_modular(modular: Any, batch: int, items: int, like: Tensor) -> Tensor | N
         modular = modular.unsqueeze(0)
     if tuple(modular.shape) != (batch, items):
         raise ValueError(f"modular must have shape ({batch}, {items}), got {_describe(modular)}")
-    if not bool(torch.isfinite(modular).all()):
+    if values and not bool(torch.isfinite(modular).all()):
         raise ValueError("modular contains NaN or inf values")
     return modular.to(dtype=like.dtype, device=like.device)
 

@@ -95,15 +95,25 @@ class SoftSelection:
 
 
 def _prepare(
-    features: Any, k: Any, objective: ObjectiveLike, mask: Any, modular: Any
+    features: Any, k: Any, objective: ObjectiveLike, mask: Any, modular: Any, values: bool = True
 ) -> tuple[Tensor, bool, int, Objective, Tensor, Tensor | None]:
+    """The checked arguments; ``values=False`` leaves the entries of the features and the
+    modular term unchecked, for a kernel that checks them as it reads them (a caller that
+    falls back to another path checks them with :func:`_check_values` first)."""
     obj = make_objective(objective)
-    feats, unbatched = as_features(features, nonnegative=isinstance(obj, SCMM))
+    feats, unbatched = as_features(features, nonnegative=isinstance(obj, SCMM), values=values)
     k = check_k(k)
     B, N, _ = feats.shape
     valid = as_mask(mask, B, N, feats.device)
-    mod = as_modular(modular, B, N, feats)
+    mod = as_modular(modular, B, N, feats, values=values)
     return feats, unbatched, k, obj, valid, mod
+
+
+def _check_values(feats: Tensor, mod: Tensor | None, obj: Objective) -> None:
+    """The entry checks :func:`_prepare` skips with ``values=False``: its errors."""
+    as_features(feats, nonnegative=isinstance(obj, SCMM))
+    if mod is not None:
+        as_modular(mod, *mod.shape, feats)
 
 
 def greedy_select(
@@ -501,7 +511,10 @@ def _soft_layers(
         safe = torch.where(has.unsqueeze(1), logits, torch.zeros_like(logits))
         s = torch.softmax(safe, dim=1) * has.unsqueeze(1).to(feats.dtype)  # (B, N)
         s = s.masked_fill(~available, 0.0)
-        best = logits.masked_fill(~has.unsqueeze(1), 0.0).argmax(dim=1)  # (B,)
+        # the pick: the argmax of the logits; straight-through takes it from the gains, hard
+        # greedy's own, which g / tau can round a near-tie of into a tie at a tiny tau
+        key = g.masked_fill(~available, neg_inf) if relaxation == "straight_through" else logits
+        best = key.masked_fill(~has.unsqueeze(1), 0.0).argmax(dim=1)  # (B,)
         onehot = torch.nn.functional.one_hot(best, N).to(s.dtype) * has.unsqueeze(1).to(s.dtype)
         if relaxation == "straight_through":
             weights = onehot + (s - s.detach())  # forward: exactly the one-hot (s - s == 0)
@@ -722,13 +735,21 @@ def soft_greedy_select(
         >>> out.indices.tolist(), out.distributions[1].tolist()
         ([0, 2], [0.0, 0.0, 1.0])
     """
-    feats, unbatched, k, obj, valid, mod = _prepare(features, k, objective, mask, modular)
+    obj = make_objective(objective)
+    # the C kernel checks the entries of the features and the modular term as it reads them
+    kernel = compile and relaxation == "soft" and type(obj) is SCMM and obj.concave == "sqrt"  # not subclasses
+    feats, unbatched, k, obj, valid, mod = _prepare(features, k, obj, mask, modular, values=not kernel)
     tau = check_tau(tau)
     if feats.shape[1] == 0:
         raise ValueError("soft_greedy_select needs at least one candidate (got N = 0)")
     if relaxation not in RELAXATIONS:
         raise ValueError(f"relaxation must be one of {RELAXATIONS}, got {relaxation!r}")
-    if k == 0:
+    parts = _kernels.soft_layers(feats, obj.weights(feats), valid, mod, tau, k) if kernel and k else None
+    if kernel and parts is None:  # declined, or found a bad entry: the checks and their errors
+        _check_values(feats, mod, obj)
+    if parts is not None:
+        out = SoftSelection(*parts)
+    elif k == 0:
         B, N, _ = feats.shape
         empty = feats.new_zeros(B, 0, N)
         out = SoftSelection(
@@ -739,12 +760,8 @@ def soft_greedy_select(
         if compile:
             if not isinstance(obj, SCMM):
                 raise ValueError(f"compile=True supports SCMM objectives, got {type(obj).__name__}")
-            parts = None
-            if relaxation == "soft" and type(obj) is SCMM and obj.concave == "sqrt":  # not subclasses
-                parts = _kernels.soft_layers(feats, obj.weights(feats), valid, mod, tau, k)
-            if parts is None:
-                parts = _run_fused(_soft_compiled(), feats, obj, valid, mod, tau, k, relaxation, True,
-                                   what="the relaxed layers")
+            parts = _run_fused(_soft_compiled(), feats, obj, valid, mod, tau, k, relaxation, True,
+                               what="the relaxed layers")
         else:
             parts = _soft_layers(feats, obj, valid, mod, tau, k, relaxation, False)
         out = SoftSelection(*parts)

@@ -79,7 +79,8 @@ def _describe(x: object) -> str:
     return type(x).__name__
 
 
-def _check(states: Tensor, target: Tensor, name: str, from_logits: bool) -> None:
+def _check(states: Tensor, target: Tensor, name: str, from_logits: bool, values: bool = True) -> None:
+    """Types and shapes; with ``values``, NaN (and, for logits, +inf) in ``states`` too."""
     if not isinstance(states, Tensor) or not states.is_floating_point():
         raise ValueError(f"states must be a floating-point tensor, got {_describe(states)}")
     if not isinstance(target, Tensor) or target.is_complex():
@@ -91,6 +92,8 @@ def _check(states: Tensor, target: Tensor, name: str, from_logits: bool) -> None
         raise ValueError(f"{name} must have shape ({B}, {N}), got {tuple(target.shape)}")
     # NaN (and, for logits, +inf) would turn the loss into NaN or inf without a word. The
     # maximum shows both in one pass (NaN propagates through it).
+    if not values:
+        return
     top = float(states.detach().amax()) if states.numel() else 0.0
     if math.isnan(top) or (from_logits and top == float("inf")):
         what = "NaN or +inf" if from_logits else "NaN"
@@ -153,14 +156,17 @@ def layerwise_cross_entropy(
         >>> round(float(layerwise_cross_entropy(logits, gold)), 4)  # -(log .5 + log .25) - log .5
         2.7726
     """
-    _check(states, gold, "gold", from_logits)
-    picks = None if indices is None else _picks(states, indices, from_logits)
-    if from_logits:
-        from dgn import _kernels
+    from dgn import _kernels
 
-        per_problem = _kernels.layerwise_ce(states, gold, picks)  # float32 on the CPU: one pass
+    # float32 logits on the CPU: one pass in the kernel, which checks the values as it reads them
+    kernel = from_logits and isinstance(states, Tensor) and _kernels.layerwise_ce_applies(states)
+    _check(states, gold, "gold", from_logits, values=not kernel)
+    picks = None if indices is None else _picks(states, indices, from_logits)
+    if kernel:
+        per_problem = _kernels.layerwise_ce(states, gold, picks)
         if per_problem is not None:
             return _reduce(per_problem, reduction)
+        _check(states, gold, "gold", from_logits)  # a NaN or +inf logit: the error
     if picks is None:
         picks = _picks(states, None, from_logits)
     return _reduce(_layerwise_terms(states, gold.bool(), picks, from_logits), reduction)

@@ -135,6 +135,35 @@ def test_kernel_declines_out_of_range_logits_and_other_problems():
     assert _kernels.soft_layers(H, objective.weights(H), mask, beta, 2.0, 3) is not None
 
 
+@needs_kernel
+@pytest.mark.parametrize("where", ["nan", "inf", "negative", "padding nan", "modular nan", "modular inf"])
+def test_kernel_finds_bad_entries_and_the_checks_give_their_errors(where, monkeypatch):
+    """soft_greedy_select(compile=True) leaves the entry checks to the kernel, which reads
+    every entry (padding rows too): a NaN, inf or negative feature, or a NaN or inf modular
+    term, makes the kernel decline and the checks raise the eager path's error; none of
+    them runs torch.compile."""
+    from dgn import greedy
+
+    monkeypatch.setattr(greedy, "_soft_compiled", lambda: pytest.fail("torch.compile ran"))
+    H, beta, objective = _problem(2, 6, 8, seed=4)
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[1, 5] = False
+    value = {"nan": float("nan"), "inf": float("inf"), "negative": -1e-3, "padding nan": float("nan"),
+             "modular nan": float("nan"), "modular inf": float("-inf")}[where]
+    if where.startswith("modular"):
+        beta[0, 3] = value
+    else:
+        H[(1, 5, 7) if where.startswith("padding") else (0, 2, 7)] = value
+    assert _kernels.soft_layers(H, objective.weights(H), mask, beta, 2.0, 3) is None
+    with pytest.raises(ValueError) as eager:
+        soft_greedy_select(H, 3, objective, tau=2.0, mask=mask, modular=beta)
+    with pytest.raises(ValueError) as compiled:
+        soft_greedy_select(H, 3, objective, tau=2.0, mask=mask, modular=beta, compile=True)
+    assert str(compiled.value) == str(eager.value)
+    with pytest.raises(ValueError):
+        soft_greedy_select(H, 0, objective, tau=2.0, mask=mask, modular=beta, compile=True)  # k = 0 too
+
+
 def test_no_compiler_means_no_kernel(tmp_path):
     """Without a working C compiler the kernel is not built (nothing is left in the cache)
     and soft_layers returns None, so callers fall back to torch.compile."""
@@ -732,3 +761,25 @@ def test_sum_squares_equals_a_float64_sum_and_flags_non_finite_entries():
         assert (math.isnan(got) if expect is None else got == expect)
     assert _kernels.sum_squares([torch.randn(4, 5).t()]) is None
     assert _kernels.sum_squares([torch.randn(4, dtype=torch.float64)]) is None
+
+
+@needs_kernel
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_loss_kernel_finds_nan_and_plus_inf_logits(value):
+    """The layer-wise loss leaves the NaN/+inf check of float32 logits to its kernel, which
+    declines on such a logit (in any layer or problem); the check then raises the error
+    of the float64 path. -inf (an unavailable candidate) is no error."""
+    from dgn.losses import layerwise_cross_entropy
+
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(3, 4, 6, generator=gen)
+    logits[:, 1:, 0] = float("-inf")
+    gold = torch.rand(3, 6, generator=gen) > 0.5
+    assert _kernels.layerwise_ce(logits, gold, None) is not None
+    logits[2, 3, 5] = value
+    assert _kernels.layerwise_ce(logits, gold, None) is None
+    with pytest.raises(ValueError) as in_double:
+        layerwise_cross_entropy(logits.double(), gold)
+    with pytest.raises(ValueError) as in_float:
+        layerwise_cross_entropy(logits, gold)
+    assert str(in_float.value) == str(in_double.value) == "states contain NaN or +inf values"

@@ -58,6 +58,9 @@ class RefObjective:
         self.params = params
         self.alpha = alpha
 
+    def __repr__(self) -> str:  # what a failing example prints
+        return f"RefObjective({self.kind!r}, {self.params!r}, {self.alpha!r})"
+
     def build(self) -> dgn.Objective:
         if self.kind in ("dot", "cosine"):
             return FacilityLocation(self.kind)
@@ -877,6 +880,17 @@ def test_regression_straight_through_state_is_exactly_the_hard_one() -> None:
     soft = soft_greedy_select(H, 4, "saturate", tau=1.0, relaxation="straight_through")
     assert soft.indices.tolist() == greedy_select(H, 4, "saturate").indices.tolist() == [0, 1, 2, 3]
     assert soft.gains.tolist() == [2.0, 0.0, 0.0, 0.0]
+
+
+def test_regression_straight_through_picks_by_gain_at_a_tiny_temperature() -> None:
+    # cosine self-similarity rounds to 1 - 1.1e-16 for one row and 1 for another; g / 1e-300
+    # rounds both to the same logit, whose argmax is the lower index, not hard greedy's pick
+    H = torch.tensor([[[0.0, 1.671875, 2.5], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]], dtype=torch.float64)
+    mask = torch.tensor([[True, False, True]])
+    hard = greedy_select(H, 1, FacilityLocation("cosine"), mask=mask)
+    soft = soft_greedy_select(H, 1, FacilityLocation("cosine"), tau=1e-300, mask=mask,
+                              relaxation="straight_through")
+    assert hard.indices.tolist() == soft.indices.tolist() == [[2]]
 
 
 def test_regression_objective_values_of_edge_sets() -> None:
