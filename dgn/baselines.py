@@ -360,6 +360,7 @@ class EncoderScorer(nn.Module):
         except (TypeError, ValueError) as exc:
             raise DgnUserError(f"{source}: field 'config': {exc}") from None
         load_weights(model, state, weights_path)
+        model.to(map_location)  # the weights are copied into parameters built on the CPU
         model.extra = meta["extra"]
         model.eval()
         return model

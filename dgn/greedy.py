@@ -336,7 +336,7 @@ def _naive_screened(
     xmax = feats32.amax(1).double() * (1 + 2.0**-22)
     tiny = float(obj.phi(torch.tensor(2.0**-149, dtype=torch.float64)))
     mod_slack = 0.0 if mod is None or not mod.numel() else 2.0**-50 * float(mod.abs().max())
-    absolute = torch.tensor(8 * E * alpha_max * tiny + mod_slack, dtype=torch.float64)
+    absolute = torch.tensor(8 * E * alpha_max * tiny + mod_slack, dtype=torch.float64, device=feats.device)
     for step in range(k):
         has = available.any(dim=1)
         if not bool(has.any()):
@@ -753,8 +753,8 @@ def soft_greedy_select(
         B, N, _ = feats.shape
         empty = feats.new_zeros(B, 0, N)
         out = SoftSelection(
-            empty, empty, torch.zeros(B, 0, dtype=torch.long), feats.new_zeros(B, 0),
-            torch.zeros(B, 0, dtype=torch.bool), empty,
+            empty, empty, torch.zeros(B, 0, dtype=torch.long, device=feats.device), feats.new_zeros(B, 0),
+            torch.zeros(B, 0, dtype=torch.bool, device=feats.device), empty,
         )
     else:
         if compile:

@@ -383,6 +383,7 @@ class DGN(nn.Module):
         config = DGNConfig.from_dict(meta.get("config"), source=f"{source}: field 'config'")
         model = cls(config)
         load_weights(model, state, weights_path)
+        model.to(map_location)  # the weights are copied into parameters built on the CPU
         model.extra = meta["extra"]
         model.eval()
         return model

@@ -168,6 +168,16 @@ def _pos_weight(data: SelectionDataset) -> float:
     return max(1.0, (total - pos) / max(1, pos))
 
 
+def _on_model_device(model: Model, batch: Batch) -> Batch:
+    """``batch`` with its tensors on the device of ``model``'s parameters (a model moved to a
+    GPU trains and ranks there; the data is read and batched on the CPU)."""
+    param = next(model.parameters(), None)
+    if param is None or batch.features.device == param.device:
+        return batch
+    moved = (t.to(param.device, non_blocking=True) for t in (batch.features, batch.mask, batch.gold, batch.relevance))
+    return Batch(*moved, batch.index)
+
+
 def training_loss(model: Model, batch: Batch, config: TrainConfig, pos_weight: float = 1.0) -> torch.Tensor:
     """The loss of ``config.loss`` (plus its sparse share) for one batch.
 
@@ -191,6 +201,7 @@ def training_loss(model: Model, batch: Batch, config: TrainConfig, pos_weight: f
     from dgn import losses
 
     kind = config.loss
+    batch = _on_model_device(model, batch)
     gold = batch.gold.to(batch.features.dtype)
     if isinstance(model, DGN):
         logits = model(batch.features, batch.mask).logits
@@ -210,7 +221,7 @@ def training_loss(model: Model, batch: Batch, config: TrainConfig, pos_weight: f
         def one(name: str) -> torch.Tensor:
             if name == "layerwise":
                 return F.binary_cross_entropy_with_logits(
-                    logits[m], gold[m], pos_weight=torch.tensor(pos_weight)
+                    logits[m], gold[m], pos_weight=torch.tensor(pos_weight, device=logits.device)
                 )
             if name == "sparse_ce":
                 return losses.soft_cross_entropy(logits, gold, mask=m)
@@ -238,6 +249,7 @@ def rank(model: Model, data: SelectionDataset, k: int, batch_size: int = 64) -> 
     rankings: list[list[int]] = []
     try:
         for batch in data.batches(batch_size):
+            batch = _on_model_device(model, batch)
             if isinstance(model, DGN):
                 picks = model(batch.features, batch.mask, steps=k).indices
             else:
@@ -336,7 +348,9 @@ def train_model(
     """Train ``model`` with Adam; keep the epoch with the best mean dev recall.
 
     Args:
-        model: A :class:`~dgn.model.DGN` or :class:`~dgn.baselines.EncoderScorer`.
+        model: A :class:`~dgn.model.DGN` or :class:`~dgn.baselines.EncoderScorer`. It
+            trains on the device its parameters are on (``model.cuda()`` before the call
+            trains on the GPU; each batch is moved there).
         train: Training problems (problems without gold are skipped).
         dev: Problems for model selection; None keeps the last epoch.
         config: Optimisation settings.
