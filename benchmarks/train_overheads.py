@@ -19,6 +19,11 @@
   ``Encoder.fused`` with the modular term as its own layer, and ``Encoder.fused`` with the
   modular term in the encoder's passes (what ``DGN.forward`` does); milliseconds a step
   and the median of the per-round ratios.
+* ``checks``: the same compiled steps, interleaved in one process, as they run and with
+  the checks done as before the C checks (gradient norm and clip decision by
+  ``torch.nn.utils.get_total_norm``, the encoder's weight check by seven sums, the
+  entry checks of the relaxed layers' features and modular term and of the loss's
+  logits as separate reduction passes before the kernels, instead of in them).
 
     python benchmarks/train_overheads.py
 """
@@ -175,7 +180,9 @@ def products() -> None:
           f"oneDNN {1e3 * total[1]:.2f} ms ({useful / total[1] / 1e9:.0f} GFLOP/s)")
 
 
-def encoder(rounds: int = 15) -> None:
+def _compiled_step():  # type: ignore[no-untyped-def]
+    """A DGN at the benchmark shape and one training step of it as ``dgn train --compile``
+    runs it (the relaxed layers in the kernel, fused Adam)."""
     from dgn._memory import retain_freed_memory
     from dgn.losses import layerwise_cross_entropy
     from dgn.model import DGN, DGNConfig
@@ -197,17 +204,16 @@ def encoder(rounds: int = 15) -> None:
         clip_gradients(model.parameters(), 5.0)
         optimizer.step()
 
-    def separately(X: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        H = model.encode(X, valid)
-        return H, model.modular_scores(H, X)
+    return model, step
 
-    ways = {"plain layers": (False, model._encode_and_score), "fused, modular term apart": (True, separately),
-            "fused, modular term in its passes": (True, model._encode_and_score)}
+
+def _interleaved(ways: dict, step, rounds: int) -> None:  # type: ignore[no-untyped-def, type-arg]
+    """Blocks of 15 steps under each way in turn (``ways``: name -> a function that sets it
+    up), ``rounds`` times; milliseconds a step and the per-round ratios to the last way."""
     times: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(rounds):
-        for name, (fused, encode_and_score) in ways.items():
-            model.encoder.fused = fused
-            model._encode_and_score = encode_and_score  # type: ignore[method-assign]
+        for name, set_up in ways.items():
+            set_up()
             step()
             start = time.perf_counter()
             for _ in range(15):
@@ -220,9 +226,51 @@ def encoder(rounds: int = 15) -> None:
               f"{ratio:.2f}x the last")
 
 
+def encoder(rounds: int = 15) -> None:
+    model, step = _compiled_step()
+
+    def separately(X: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        H = model.encode(X, valid)
+        return H, model.modular_scores(H, X)
+
+    def way(fused: bool, encode_and_score):  # type: ignore[no-untyped-def]
+        def set_up() -> None:
+            model.encoder.fused = fused
+            model._encode_and_score = encode_and_score  # type: ignore[method-assign]
+        return set_up
+
+    _interleaved({"plain layers": way(False, model._encode_and_score),
+                  "fused, modular term apart": way(True, separately),
+                  "fused, modular term in its passes": way(True, model._encode_and_score)}, step, rounds)
+
+
+def checks(rounds: int = 20) -> None:
+    from dgn import _kernels, greedy, losses
+
+    model, step = _compiled_step()
+    model.encoder.fused = True
+    kept = (_kernels.sum_squares, greedy.as_features, greedy.as_modular, losses._check)
+
+    def before() -> None:
+        sum_squares, as_features, as_modular, check = kept
+        _kernels.sum_squares = lambda tensors: None  # torch measures the norm; the sums check the weights
+        greedy.as_features = lambda *a, values=True, **k: as_features(*a, **k)  # every check up front
+        greedy.as_modular = lambda *a, values=True: as_modular(*a)
+        losses._check = lambda *a, values=True: check(*a)
+
+    def now() -> None:
+        _kernels.sum_squares, greedy.as_features, greedy.as_modular, losses._check = kept
+
+    try:
+        _interleaved({"checks before the kernels": before, "checks in the C passes": now}, step, rounds)
+    finally:
+        now()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parts_known = {"faults": faults, "memory": memory, "loss": loss, "products": products, "encoder": encoder}
+    parts_known = {"faults": faults, "memory": memory, "loss": loss, "products": products, "encoder": encoder,
+                   "checks": checks}
     parser.add_argument("parts", nargs="*", help=f"any of {', '.join(parts_known)} (default: all)")
     args = parser.parse_args()
     parts = args.parts or list(parts_known)
