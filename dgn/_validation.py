@@ -58,6 +58,10 @@ def as_features(
     if unbatched:
         features = features.unsqueeze(0)
     if values and features.numel():
+        # Without a sign to check, a sum shows NaN and inf (in half the time of aminmax); a
+        # non-finite sum, which finite values can also overflow to, is then looked at closely.
+        if not nonnegative and math.isfinite(float(features.detach().sum())):
+            return features, unbatched
         # One reduction pass: NaN propagates into min and max, inf shows in them.
         lowest, highest = (float(v) for v in torch.aminmax(features.detach()))
         if not (math.isfinite(lowest) and math.isfinite(highest)):

@@ -526,3 +526,25 @@ def test_compiled_relaxed_layers_equal_eager_in_values_and_gradients(relaxation)
 def test_compiled_relaxed_layers_need_an_scmm():
     with pytest.raises(ValueError, match="compile=True supports SCMM objectives, got FacilityLocation"):
         soft_greedy_select(torch.rand(4, 3), 2, FacilityLocation(), compile=True)
+
+
+@pytest.mark.parametrize("nonnegative", [False, True])
+def test_feature_check_finds_nan_and_inf_but_not_a_sum_that_overflows(nonnegative):
+    """as_features (every entry point's check): NaN, inf or -inf anywhere is an error, finite
+    values whose sum overflows float32 (the quick check without a sign to test is a sum)
+    are not; negative entries are an error only with ``nonnegative``."""
+    from dgn._validation import as_features
+
+    big = torch.full((2, 50, 3), 3e38)
+    assert torch.equal(as_features(big, nonnegative=nonnegative)[0], big)
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        x = big.clone() if bad != float("nan") else torch.rand(2, 5, 3)
+        x[1, 2, 0] = bad
+        with pytest.raises(ValueError, match="NaN or inf"):
+            as_features(x, nonnegative=nonnegative)
+    negative = -torch.rand(2, 5, 3)
+    if nonnegative:
+        with pytest.raises(ValueError, match="nonnegative"):
+            as_features(negative, nonnegative=True)
+    else:
+        assert torch.equal(as_features(negative)[0], negative)
