@@ -157,9 +157,11 @@ void last_layer(int64_t R, int64_t C, float *H, const uint8_t *valid, const floa
 
 /* sum_i sum_j x_i[j]^2 over n float arrays (x_i at ptrs[i], lens[i] floats), in one serial
  * pass: squares summed in float vectors over blocks of at most 4096 floats, the blocks'
- * sums in double. Finite exactly when every entry is finite and below 1.8e19 in size (a
- * square beyond float range is inf), which is what the callers need: the encoder's
- * check of its weights, and the gradient norm of dgn.train.clip_gradients. */
+ * sums in double. Finite only where every entry is finite (NaN and inf carry through);
+ * large finite entries can also give inf, as a square or a block's float sum leaves float
+ * range (from 1.8e19 in size). The callers treat a non-finite result as "look closer":
+ * the encoder's check of its weights declines the fused path, and dgn.train.clip_gradients
+ * hands over to PyTorch. */
 double sum_squares(int64_t n, const float *const *ptrs, const int64_t *lens) {
     double total = 0.0;
     for (int64_t i = 0; i < n; i++) {

@@ -137,8 +137,6 @@ static void backward_features(int64_t N, int64_t E, const float *H, const float 
     }
 }
 
-/* Returns 0, or 1 when a layer's logits left float range (a tiny tau): the caller then
- * runs the general path, which handles it. */
 /* Whether every H entry is finite and >= 0 and every beta entry finite (padding rows
  * too), as dgn._validation's checks ask; read just before the first layer reads H. */
 static int inputs_in_range(int64_t N, int64_t E, const float *H, const float *beta) {
@@ -160,6 +158,9 @@ static int inputs_in_range(int64_t N, int64_t E, const float *H, const float *be
     return 1;
 }
 
+/* Returns 0, 1 when a layer's logits left float range (a tiny tau), or 2 when an entry of
+ * H or beta is out of range (nothing is written then); on 1 or 2 the caller runs the
+ * general path, which handles a tiny tau and reports bad entries. */
 static int forward_one(int64_t N, int64_t E, int64_t K, float tau, const float *H, const float *beta,
                       const float *alpha, const uint8_t *valid, float *S, float *L, int64_t *P,
                       float *PG, uint8_t *OK, float *G, float *C, float *R, uint8_t *AV, float *c,

@@ -108,9 +108,10 @@ def as_modular(modular: Any, batch: int, items: int, like: Tensor, values: bool 
         modular = modular.unsqueeze(0)
     if tuple(modular.shape) != (batch, items):
         raise ValueError(f"modular must have shape ({batch}, {items}), got {_describe(modular)}")
+    modular = modular.to(dtype=like.dtype, device=like.device)  # checked after: float64 may overflow float32
     if values and not bool(torch.isfinite(modular).all()):
         raise ValueError("modular contains NaN or inf values")
-    return modular.to(dtype=like.dtype, device=like.device)
+    return modular
 
 
 def check_k(k: Any) -> int:

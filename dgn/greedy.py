@@ -511,10 +511,8 @@ def _soft_layers(
         safe = torch.where(has.unsqueeze(1), logits, torch.zeros_like(logits))
         s = torch.softmax(safe, dim=1) * has.unsqueeze(1).to(feats.dtype)  # (B, N)
         s = s.masked_fill(~available, 0.0)
-        # the pick: the argmax of the logits; straight-through takes it from the gains, hard
-        # greedy's own, which g / tau can round a near-tie of into a tie at a tiny tau
-        key = g.masked_fill(~available, neg_inf) if relaxation == "straight_through" else logits
-        best = key.masked_fill(~has.unsqueeze(1), 0.0).argmax(dim=1)  # (B,)
+        # the pick is the first argmax of the logits, as the losses take it without indices
+        best = logits.masked_fill(~has.unsqueeze(1), 0.0).argmax(dim=1)  # (B,)
         onehot = torch.nn.functional.one_hot(best, N).to(s.dtype) * has.unsqueeze(1).to(s.dtype)
         if relaxation == "straight_through":
             weights = onehot + (s - s.detach())  # forward: exactly the one-hot (s - s == 0)
@@ -696,7 +694,9 @@ def soft_greedy_select(
     The state then advances in one of two ways:
 
     * ``"straight_through"``: the forward pass adds the one-hot argmax (so the picks and
-      gains equal hard greedy's at every temperature) and the backward pass treats it as
+      gains equal hard greedy's at every temperature, but where ``g / tau`` rounds two
+      gains a float or so apart into one logit: the pick is then the first such item,
+      the argmax of the logits the losses read) and the backward pass treats it as
       ``s_k`` (Bengio et al., 2013).
     * ``"soft"``: the coverage advances by the expectation ``sum_v s_k[v] H[v]``, and the
       mass already given to an item is taken off its later chances: layer k uses
@@ -738,12 +738,22 @@ def soft_greedy_select(
     obj = make_objective(objective)
     # the C kernel checks the entries of the features and the modular term as it reads them
     kernel = compile and relaxation == "soft" and type(obj) is SCMM and obj.concave == "sqrt"  # not subclasses
-    feats, unbatched, k, obj, valid, mod = _prepare(features, k, obj, mask, modular, values=not kernel)
-    tau = check_tau(tau)
-    if feats.shape[1] == 0:
-        raise ValueError("soft_greedy_select needs at least one candidate (got N = 0)")
-    if relaxation not in RELAXATIONS:
-        raise ValueError(f"relaxation must be one of {RELAXATIONS}, got {relaxation!r}")
+
+    def checked(values: bool) -> tuple[Tensor, bool, int, Objective, Tensor, Tensor | None, float]:
+        prepared = _prepare(features, k, obj, mask, modular, values=values)
+        t = check_tau(tau)
+        if prepared[0].shape[1] == 0:
+            raise ValueError("soft_greedy_select needs at least one candidate (got N = 0)")
+        if relaxation not in RELAXATIONS:
+            raise ValueError(f"relaxation must be one of {RELAXATIONS}, got {relaxation!r}")
+        return (*prepared, t)
+
+    try:
+        feats, unbatched, k, obj, valid, mod, tau = checked(values=not kernel)
+    except ValueError:
+        if kernel:  # every check in its usual order: the error a bad entry gives comes first
+            checked(values=True)
+        raise
     parts = _kernels.soft_layers(feats, obj.weights(feats), valid, mod, tau, k) if kernel and k else None
     if kernel and parts is None:  # declined, or found a bad entry: the checks and their errors
         _check_values(feats, mod, obj)

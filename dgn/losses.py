@@ -161,7 +161,12 @@ def layerwise_cross_entropy(
     # float32 logits on the CPU: one pass in the kernel, which checks the values as it reads them
     kernel = from_logits and isinstance(states, Tensor) and _kernels.layerwise_ce_applies(states)
     _check(states, gold, "gold", from_logits, values=not kernel)
-    picks = None if indices is None else _picks(states, indices, from_logits)
+    try:
+        picks = None if indices is None else _picks(states, indices, from_logits)
+    except ValueError:
+        if kernel:  # the value check comes first, as without the kernel
+            _check(states, gold, "gold", from_logits)
+        raise
     if kernel:
         per_problem = _kernels.layerwise_ce(states, gold, picks)
         if per_problem is not None:

@@ -783,3 +783,37 @@ def test_loss_kernel_finds_nan_and_plus_inf_logits(value):
     with pytest.raises(ValueError) as in_float:
         layerwise_cross_entropy(logits, gold)
     assert str(in_float.value) == str(in_double.value) == "states contain NaN or +inf values"
+
+
+@needs_kernel
+def test_errors_keep_their_order_where_the_kernels_check_the_entries():
+    """With the entry checks left to the kernels, a bad entry still gives its error before
+    the later checks' (a bad k, mask, tau or relaxation; indices out of range for the
+    loss), as without the kernel; a float64 modular term that overflows float32 is an
+    error on either path."""
+    from dgn.losses import layerwise_cross_entropy
+
+    H, beta, objective = _problem(2, 6, 8, seed=6)
+    H[0, 1, 2] = float("nan")
+    good = dict(k=3, tau=2.0, mask=torch.ones(2, 6, dtype=torch.bool), relaxation="soft")
+    for change in ({"tau": -1.0}, {"k": -1}, {"mask": torch.ones(3, 6, dtype=torch.bool)}, {}):
+        args = {**good, **change}
+        messages = []
+        for compile in (False, True):
+            with pytest.raises(ValueError) as error:
+                soft_greedy_select(H, args["k"], objective, tau=args["tau"], mask=args["mask"], modular=beta,
+                                   relaxation=args["relaxation"], compile=compile)
+            messages.append(str(error.value))
+        assert messages[0] == messages[1] and "NaN or inf" in messages[0]
+    wide = beta.double()
+    wide[1, 1] = 1e300  # finite in float64, inf in the features' float32
+    for compile in (False, True):
+        with pytest.raises(ValueError, match="modular contains NaN or inf"):
+            soft_greedy_select(H.abs().nan_to_num(), 3, objective, tau=2.0, modular=wide, compile=compile)
+    logits = torch.randn(2, 3, 4)
+    logits[1, 2, 0] = float("nan")
+    gold = torch.ones(2, 4, dtype=torch.bool)
+    bad_picks = torch.full((2, 3), 7)
+    for states in (logits, logits.double()):
+        with pytest.raises(ValueError, match="NaN or \\+inf"):
+            layerwise_cross_entropy(states, gold, bad_picks)
