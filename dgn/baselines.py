@@ -359,8 +359,7 @@ class EncoderScorer(nn.Module):
             model = cls(**config)
         except (TypeError, ValueError) as exc:
             raise DgnUserError(f"{source}: field 'config': {exc}") from None
-        load_weights(model, state, weights_path)
-        model.to(map_location)  # the weights are copied into parameters built on the CPU
+        load_weights(model, state, weights_path, map_location)
         model.extra = meta["extra"]
         model.eval()
         return model

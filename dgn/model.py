@@ -382,8 +382,7 @@ class DGN(nn.Module):
             )
         config = DGNConfig.from_dict(meta.get("config"), source=f"{source}: field 'config'")
         model = cls(config)
-        load_weights(model, state, weights_path)
-        model.to(map_location)  # the weights are copied into parameters built on the CPU
+        load_weights(model, state, weights_path, map_location)
         model.extra = meta["extra"]
         model.eval()
         return model
@@ -470,14 +469,18 @@ def read_checkpoint(
     return meta, state, source, weights_path
 
 
-def load_weights(model: nn.Module, state: dict[str, Tensor], weights_path: Path) -> None:
-    """``model.load_state_dict(state)``, with a one-line error when they do not fit."""
+def load_weights(model: nn.Module, state: dict[str, Tensor], weights_path: Path,
+                 map_location: str | torch.device = "cpu") -> None:
+    """``model.load_state_dict(state)``, with a one-line error when they do not fit, then the
+    model moved to ``map_location`` (the weights are copied into its parameters, which a
+    new model has on the CPU)."""
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()
         detail = " ".join(line.strip() for line in first[:3])
         raise DgnUserError(f"{weights_path}: weights do not match the config: {detail}") from None
+    model.to(map_location)
 
 
 def load_model(directory: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> nn.Module:
