@@ -99,7 +99,7 @@ def _prepare(
 ) -> tuple[Tensor, bool, int, Objective, Tensor, Tensor | None]:
     """The checked arguments; ``values=False`` leaves the entries of the features and the
     modular term unchecked, for a kernel that checks them as it reads them (a caller that
-    falls back to another path checks them with :func:`_check_values` first)."""
+    falls back to another path runs the full checks first)."""
     obj = make_objective(objective)
     feats, unbatched = as_features(features, nonnegative=isinstance(obj, SCMM), values=values)
     k = check_k(k)
@@ -107,13 +107,6 @@ def _prepare(
     valid = as_mask(mask, B, N, feats.device)
     mod = as_modular(modular, B, N, feats, values=values)
     return feats, unbatched, k, obj, valid, mod
-
-
-def _check_values(feats: Tensor, mod: Tensor | None, obj: Objective) -> None:
-    """The entry checks :func:`_prepare` skips with ``values=False``: its errors."""
-    as_features(feats, nonnegative=isinstance(obj, SCMM))
-    if mod is not None:
-        as_modular(mod, *mod.shape, feats)
 
 
 def greedy_select(
@@ -755,8 +748,8 @@ def soft_greedy_select(
             checked(values=True)
         raise
     parts = _kernels.soft_layers(feats, obj.weights(feats), valid, mod, tau, k) if kernel and k else None
-    if kernel and parts is None:  # declined, or found a bad entry: the checks and their errors
-        _check_values(feats, mod, obj)
+    if kernel and parts is None:  # declined, or found a bad entry: the full checks and their errors
+        checked(values=True)
     if parts is not None:
         out = SoftSelection(*parts)
     elif k == 0:
