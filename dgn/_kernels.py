@@ -142,8 +142,9 @@ def _ptr(t: Tensor | None) -> int | None:
 def sum_squares(tensors: list[Tensor]) -> float | None:
     """The sum of the squares of every entry of ``tensors`` in one C pass (float blocks,
     summed in double), or None where the kernel does not apply: no kernel on this machine,
-    or a tensor that is not a contiguous float32 CPU one. inf or NaN where an entry is
-    non-finite or beyond 1.8e19 in size; so a finite result says every entry is finite."""
+    or a tensor that is not a contiguous float32 CPU one. A finite result says every entry
+    is finite; inf or NaN says an entry is not, or that large finite entries left float
+    range (a square, or a block's float sum, from 1.8e19 in size): look closer then."""
     lib = _library()
     if lib is None or any(t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous()
                           for t in tensors):

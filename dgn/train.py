@@ -314,7 +314,7 @@ def clip_gradients(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm: 
             return norm
     if not hasattr(nn.utils, "get_total_norm"):
         return float(nn.utils.clip_grad_norm_(params, max_norm))
-    total = nn.utils.get_total_norm([p.grad for p in params])
+    total = nn.utils.get_total_norm(grads)
     factor = float(max_norm / (total + 1e-6))  # as clip_grads_with_norm_ computes it, before its clamp at 1
     if not factor >= 1.0:  # below 1, or NaN
         nn.utils.clip_grads_with_norm_(params, max_norm, total)
