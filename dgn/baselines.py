@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -344,9 +345,16 @@ class EncoderScorer(nn.Module):
         Raises:
             DgnUserError: As :meth:`dgn.DGN.from_pretrained`, or a checkpoint of a DGN.
         """
-        from dgn.model import load_weights, read_checkpoint
+        from dgn.model import read_checkpoint
 
-        meta, state, source, weights_path = read_checkpoint(directory, map_location)
+        return cls._from_checkpoint(*read_checkpoint(directory, map_location), map_location)
+
+    @classmethod
+    def _from_checkpoint(cls, meta: dict[str, Any], state: dict[str, Tensor], source: str, weights_path: Path,
+                         map_location: Any) -> EncoderScorer:
+        """:meth:`from_pretrained` on a checkpoint :func:`dgn.model.read_checkpoint` has read."""
+        from dgn.model import load_weights
+
         if meta.get("model_type", "dgn") != "encoder":
             raise DgnUserError(
                 f"{source}: field 'model_type': a {meta.get('model_type', 'dgn')!r} checkpoint, not an encoder scorer"

@@ -374,7 +374,12 @@ class DGN(nn.Module):
                 unknown fields, weights that do not fit the config, or the checkpoint of
                 another model type (:func:`load_model` reads any).
         """
-        meta, state, source, weights_path = read_checkpoint(directory, map_location)
+        return cls._from_checkpoint(*read_checkpoint(directory, map_location), map_location)
+
+    @classmethod
+    def _from_checkpoint(cls, meta: dict[str, Any], state: dict[str, Tensor], source: str, weights_path: Path,
+                         map_location: str | torch.device) -> DGN:
+        """:meth:`from_pretrained` on a checkpoint :func:`read_checkpoint` has read."""
         if meta.get("model_type", "dgn") != "dgn":
             raise DgnUserError(
                 f"{source}: field 'model_type': a {meta.get('model_type')!r} checkpoint, not a DGN "
@@ -489,14 +494,15 @@ def load_model(directory: str | os.PathLike[str], map_location: str | torch.devi
     Raises:
         DgnUserError: As :meth:`DGN.from_pretrained`, or an unknown ``model_type``.
     """
-    meta, _, source, _ = read_checkpoint(directory, map_location)
+    checkpoint = read_checkpoint(directory, map_location)  # read once, built by the model's own class
+    meta, source = checkpoint[0], checkpoint[2]
     kind = meta.get("model_type", "dgn")
     if kind == "dgn":
-        return DGN.from_pretrained(directory, map_location)
+        return DGN._from_checkpoint(*checkpoint, map_location)
     if kind == "encoder":
         from dgn.baselines import EncoderScorer
 
-        return EncoderScorer.from_pretrained(directory, map_location)
+        return EncoderScorer._from_checkpoint(*checkpoint, map_location)
     raise DgnUserError(f"{source}: field 'model_type': unknown model type {kind!r} (known: dgn, encoder)")
 
 

@@ -107,6 +107,34 @@ def test_encoder_scorer_checkpoint_round_trip(tmp_path: Path) -> None:
         EncoderScorer.from_pretrained(tmp_path / "dgn")
 
 
+
+def test_load_model_reads_the_checkpoint_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_model builds either model type from one read of its weights file, and gives the
+    model from_pretrained gives."""
+    import dgn.model as model_module
+
+    reads: list[Path] = []
+    real = model_module.read_checkpoint
+
+    def counting(directory: Any, map_location: Any = "cpu") -> Any:
+        reads.append(Path(directory))
+        return real(directory, map_location)
+
+    monkeypatch.setattr(model_module, "read_checkpoint", counting)
+    torch.manual_seed(0)
+    scorer = EncoderScorer(5, 8, 6)
+    scorer.save_pretrained(tmp_path / "enc")
+    dgn_model = DGN(DGNConfig(in_features=5))
+    dgn_model.save_pretrained(tmp_path / "dgn")
+    for directory, original, cls in ((tmp_path / "enc", scorer, EncoderScorer), (tmp_path / "dgn", dgn_model, DGN)):
+        reads.clear()
+        loaded = load_model(directory)
+        assert reads == [directory] and type(loaded) is cls and not loaded.training
+        state = loaded.state_dict()
+        assert state.keys() == original.state_dict().keys()
+        for name, tensor in original.state_dict().items():
+            assert torch.equal(state[name], tensor), name
+
 # -- the commands, in-process ------------------------------------------------------------
 
 
