@@ -11,7 +11,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ __all__ = [
     "training_loss",
     "make_optimizer",
     "clip_gradients",
+    "train_from_files",
     "STATE_NAME",
 ]
 
@@ -611,3 +612,218 @@ def _set_tau(model: DGN, tau: float) -> None:
     from dataclasses import replace
 
     model.config = replace(model.config, tau=tau)
+
+
+def train_from_files(
+    train: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    dev: str | os.PathLike[str] | None = None,
+    *,
+    model_type: str = "dgn",
+    model_options: Mapping[str, Any] | None = None,
+    config: TrainConfig | None = None,
+    features: Sequence[str] | None = None,
+    vectors: str | os.PathLike[str] | None = None,
+    encoder_model: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    candidate_stage: Any = None,
+    fasttext_options: Mapping[str, Any] | None = None,
+    resume_settings: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> tuple[TrainResult, dict[str, Any]]:
+    """Train a DGN (or an encoder scorer) on selection JSONL files and save the best epoch.
+
+    What ``dgn train`` runs on frozen feature blocks, alone or as each process under
+    ``torchrun``: the files featurized (:class:`~dgn.pipeline.Featurizer`, the feature cache
+    filled by rank 0), the model built and trained by :func:`train_model`, and ``output``
+    left with the best epoch's checkpoint, the training state (:data:`STATE_NAME`, each
+    epoch) and ``train_history.json`` (written by rank 0).
+
+    Args:
+        train: One selection JSONL file, or several, trained on together (written as
+            ``output/train-combined.jsonl``).
+        output: The model directory (created).
+        dev: Selection JSONL for epoch selection; None keeps the last epoch.
+        model_type: ``"dgn"``, ``"encoder"`` or ``"deep-encoder"``.
+        model_options: :class:`~dgn.model.DGNConfig` fields to set (``in_features`` comes from
+            the features); an encoder scorer reads ``hidden_features``,
+            ``encoded_features`` and ``dropout``.
+        config: The optimisation settings (default :class:`TrainConfig`).
+        features: Feature block names; None: the best set the installed extras allow
+            (:func:`~dgn.features.family.default_feature_names`), word vectors joining it
+            where ``vectors`` is given.
+        vectors: Word vectors for the ``wordvec`` block; None with ``wordvec`` trains
+            fastText vectors on the training texts (``output/vectors.bin``;
+            ``fasttext_options`` are :func:`~dgn.features.train_fasttext_vectors`'s
+            keywords).
+        encoder_model: The sentence encoder of the ``sentence`` block (default: the bundled one).
+        cache_dir: The feature cache (default :func:`~dgn.pipeline.default_cache_dir`).
+        candidate_stage: A :class:`~dgn.fusion.candidates.CandidateStage` that cuts each
+            problem's candidates first (training keeps every gold one).
+        resume_settings: Continue the run saved in ``output``: the settings it recorded
+            (``train_config``, ``model_config``, ``model_type``, ``featurizer``), as
+            ``dgn train --resume`` reads them from its training state; ``config`` may then
+            differ only in :data:`RESUMABLE_CHANGES`.
+        progress: Print what is done and show progress bars (rank 0 only under torchrun).
+
+    Returns:
+        The :class:`TrainResult` and the history written to ``train_history.json``.
+
+    Raises:
+        DgnUserError: A missing input file, an output path that is not a directory, a
+            training set without gold evidence, or a dev set without it.
+    """
+    import json
+    from dataclasses import replace
+
+    from dgn import distributed
+    from dgn.data import atomic_write, concat_problem_files, read_problems
+    from dgn.data.io import json_ready
+    from dgn.features.cache import file_sha256
+    from dgn.features.family import default_feature_names
+    from dgn.model import DGNConfig
+    from dgn.pipeline import Featurizer
+
+    world = distributed.world_size() if distributed.process_group() else 1
+    progress = progress and distributed.is_main()
+    config = config or TrainConfig()
+    model_options = dict(model_options or {})
+    saved = None if resume_settings is None else dict(resume_settings)
+    train_files = [train] if isinstance(train, (str, os.PathLike)) else list(train)
+    if not train_files:
+        raise DgnUserError("--train: no file given")
+    for path, option in [*((t, "--train") for t in train_files), (dev, "--dev")]:
+        if path is not None and not Path(path).is_file():
+            raise DgnUserError(f"{option} {path}: file not found")
+    out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise DgnUserError(f"--output {out}: not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DgnUserError(f"cannot create the model directory {out}: {exc.strerror or exc}") from None
+
+    if len(train_files) > 1:
+        train_path = str(out / "train-combined.jsonl")
+        concat_problem_files([str(t) for t in train_files], train_path)
+        if progress:
+            print(f"training on {len(train_files)} files together: {train_path}", flush=True)
+    else:
+        train_path = str(train_files[0])
+    dev_path = None if dev is None else str(dev)
+    stage = candidate_stage
+    if stage is not None and saved is None:
+        if progress:
+            print(f"candidate stage: {stage.describe()} (training keeps every gold candidate)", flush=True)
+        cut_train = out / "candidates-train.jsonl"
+        stage.cut_file(train_path, cut_train, keep_gold=True, progress=progress)
+        train_path = str(cut_train)
+        if dev_path is not None:
+            cut_dev = out / "candidates-dev.jsonl"
+            stage.cut_file(dev_path, cut_dev, progress=progress)
+            dev_path = str(cut_dev)
+    if features is None:
+        # The best set the installed extras allow; word vectors the user names join it.
+        features = default_feature_names()
+        if vectors is not None and "wordvec" not in features:
+            features = ("wordvec", *features)
+        if progress and saved is None:
+            print(f"features: {','.join(features)} (the default with the installed extras"
+                  + (" and --vectors" if vectors is not None else "") + "; --features to choose)", flush=True)
+    if saved is not None:
+        featurizer = Featurizer.from_settings(
+            saved["featurizer"], vectors_path=vectors, cache_dir=cache_dir, progress=progress
+        )
+        vectors = featurizer.vectors_path
+    else:
+        if vectors is None and "wordvec" in features:
+            from dgn.features import train_fasttext_vectors
+
+            if world > 1:
+                raise DgnUserError("--vectors: under torchrun give the word vectors (no per-process fastText training)")
+            vectors = out / "vectors.bin"
+            if progress:
+                print(f"training fastText vectors on {train_path} -> {vectors}", flush=True)
+            texts = (t for p in read_problems(train_path) for t in (p.query, *p.candidates))
+            train_fasttext_vectors(texts, vectors, seed=config.seed, **dict(fasttext_options or {}))
+        featurizer = Featurizer(
+            vectors, features=features, encoder_model=encoder_model, cache_dir=cache_dir, progress=progress
+        )
+    if not distributed.is_main():
+        distributed.barrier()  # rank 0 fills the feature cache; the others then read it
+    if saved is None:
+        featurizer.fit_scaler(train_path)
+    train_data = SelectionDataset(train_path, featurizer, max_candidates=config.max_candidates)
+    dev_data = SelectionDataset(dev_path, featurizer) if dev_path is not None else None
+    if distributed.is_main():
+        distributed.barrier()
+    if not any(any(info.gold) for info in train_data.infos):
+        raise DgnUserError(f"--train {train_path}: no problem has gold evidence; nothing to train on")
+    if dev_data is not None and not any(any(info.gold) for info in dev_data.infos):
+        raise DgnUserError(f"--dev {dev_path}: no problem has gold evidence; cannot select epochs")
+    if saved is not None:
+        model_type = saved.get("model_type", "dgn")
+        model_config = DGNConfig.from_dict(
+            {"in_features": featurizer.dim, **saved["model_config"]}, source=f"{out}/{STATE_NAME}"
+        )
+    else:
+        model_config = replace(DGNConfig(in_features=featurizer.dim), **model_options)
+    torch.manual_seed(config.seed)
+    model: Model
+    if model_type == "dgn":
+        model = DGN(model_config)
+    elif model_type in ("encoder", "deep-encoder"):
+        model = EncoderScorer(
+            featurizer.dim, model_config.hidden_features, model_config.encoded_features,
+            deep=model_type == "deep-encoder", dropout=model_config.dropout,
+        )
+    else:
+        raise ValueError(f"model_type must be 'dgn', 'encoder' or 'deep-encoder', got {model_type!r}")
+    if progress:
+        verb = "resuming" if saved is not None else "training"
+        name = {"dgn": "DGN", "encoder": "Encoder", "deep-encoder": "DeepEncoder"}[model_type]
+        print(f"{verb} {name} ({model.num_parameters():,} parameters) on {len(train_data)} problems", flush=True)
+
+    def save(m: Model, epoch: int, metrics: dict[str, float]) -> None:
+        m.save_pretrained(
+            out,
+            extra={
+                "featurizer": featurizer.settings(),
+                "train_config": asdict(config),
+                "dev_metrics": metrics,
+                "epoch": epoch,
+                "world_size": world,
+                **({"candidate_stage": stage.settings()} if stage is not None else {}),
+            },
+        )
+
+    inputs = {
+        "model_type": model_type,
+        "featurizer": featurizer.settings(),
+        "train": str(Path(train_path).resolve()),
+        "dev": None if dev_path is None else str(Path(dev_path).resolve()),
+        "candidate_stage": None if stage is None else stage.settings(),
+        "world_size": world,
+        "train_sha256": file_sha256(train_path),
+        "dev_sha256": None if dev_path is None else file_sha256(dev_path),
+    }
+    result = train_model(
+        model, train_data, dev_data, config, on_best=save, progress=progress,
+        state_path=out / STATE_NAME, resume=saved is not None, extra_state=inputs,
+    )
+    history = {
+        **result.to_dict(),
+        "model_type": model_type,
+        "model_config": model_config.to_dict() if model_type == "dgn" else dict(model.config),
+        "train_config": asdict(config),
+        "train": inputs["train"],
+        "dev": inputs["dev"],
+        "vectors": None if vectors is None else str(Path(vectors).resolve()),
+        "features": list(featurizer.features),
+        "world_size": world,
+    }
+    if distributed.is_main():  # rank 0 writes the history
+        with atomic_write(out / "train_history.json") as fh:
+            json.dump(json_ready(history), fh, indent=2, sort_keys=True, allow_nan=False)
+            fh.write("\n")
+    return result, history

@@ -33,7 +33,7 @@ SECTIONS = [
       "FinetuneConfig", "FinetuneResult", "finetune", "rank_problems", "cut_candidates", "train_end_to_end"]),
     ("Pipeline and training", "dgn.pipeline", ["Featurizer", "SelectionDataset", "Batch"]),
     ("", "dgn.train", ["TrainConfig", "TrainResult", "train_model", "training_loss", "load_training_state", "rank",
-                       "evaluate_model", "make_optimizer", "clip_gradients"]),
+                       "evaluate_model", "make_optimizer", "clip_gradients", "train_from_files"]),
     ("", "dgn.tune", ["finetune_checkpoint"]),
     ("Baselines", "dgn.baselines", ["EncoderScorer", "tfidf_rankings", "TFIDF_CONFIGS", "tfidf_rankings_config",
                                     "select_tfidf_config", "bm25_rankings", "cosine_rankings", "scmm_rankings",

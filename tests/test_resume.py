@@ -208,3 +208,28 @@ def test_make_optimizer_fuses_adam_with_compile_and_updates_as_the_default_adam(
         torch.testing.assert_close(fused[name], plain[name], rtol=1e-5, atol=1e-6)
     optimizers[True].load_state_dict(optimizers[False].state_dict())
     optimizers[True].step()
+
+
+def test_train_from_files_is_what_dgn_train_runs(ws: dict[str, Path], uninterrupted: Path, tmp_path: Path) -> None:
+    """The library function behind ``dgn train``, called in-process with the same settings,
+    trains the same model and writes the same history; its bad input is a user error."""
+    from dgn.errors import DgnUserError
+    from dgn.train import TrainConfig, train_from_files
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the command's process runs (OMP_NUM_THREADS=1)
+    try:
+        result, history = train_from_files(
+            ws["train"], tmp_path / "lib", ws["dev"],
+            model_options={"encoded_features": 4, "hidden_features": 8, "steps": 3, "dropout": 0.2},
+            config=TrainConfig(epochs=EPOCHS, patience=0, batch_size=4, tau_decay=0.9),
+            features=("wordvec",), vectors=ws["vec"], cache_dir=ws["cache"], progress=False,
+        )
+    finally:
+        torch.set_num_threads(threads)
+    _assert_same_run(tmp_path / "lib", uninterrupted)
+    assert json.loads((tmp_path / "lib" / "train_history.json").read_text()) == json.loads(json.dumps(history))
+    assert result.best_epoch == history["best_epoch"] and len(result.history) == EPOCHS
+    with pytest.raises(DgnUserError, match="--dev .*missing.jsonl: file not found"):
+        train_from_files(ws["train"], tmp_path / "bad", tmp_path / "missing.jsonl", progress=False)
+    assert not (tmp_path / "bad").exists()  # nothing written before the inputs are checked

@@ -199,22 +199,17 @@ def _overrides(args: argparse.Namespace, options: dict[str, str]) -> dict[str, A
 
 
 def _train(args: argparse.Namespace) -> int:
-    import json
-    from dataclasses import asdict, replace
+    from dataclasses import replace
     from pathlib import Path
 
     from dgn import distributed
     from dgn.commands._common import build_config, format_metrics
-    from dgn.data import atomic_write, concat_problem_files, read_problems
-    from dgn.data.io import json_ready
     from dgn.errors import DgnUserError
     from dgn.model import DGNConfig
-    from dgn.train import STATE_NAME, TrainConfig
+    from dgn.train import TrainConfig
 
-    world = 1
     end_to_end_default = _end_to_end_by_default(args)
     if distributed.process_group():  # started by torchrun with WORLD_SIZE > 1
-        world = distributed.world_size()
         if end_to_end_default:
             raise DgnUserError(
                 "end-to-end training (dgn train's default with the 'encoders' extra) does not run under "
@@ -225,7 +220,6 @@ def _train(args: argparse.Namespace) -> int:
                  if v]
         if given:
             raise DgnUserError(f"{', '.join(given)}: not supported under torchrun yet; run one process")
-    progress = not args.quiet and distributed.is_main()
     model_over = _overrides(args, MODEL_OPTIONS)
     train_over = _overrides(args, TRAIN_OPTIONS)
     ft_over = _overrides(args, FASTTEXT_OPTIONS)
@@ -270,154 +264,20 @@ def _train(args: argparse.Namespace) -> int:
         recorded = saved["train_config"]
         base_config = TrainConfig(**{**recorded, "eval_ks": tuple(recorded["eval_ks"])})
     config = build_config(lambda **kw: replace(base_config, **kw), train_over, TRAIN_OPTIONS)
-    train_files = _require_inputs(args)
-
-    out = Path(args.output)
-    if out.exists() and not out.is_dir():
-        raise DgnUserError(f"--output {out}: not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DgnUserError(f"cannot create the model directory {out}: {exc.strerror or exc}") from None
-
-    import torch
-
-    from dgn.features.family import default_feature_names, parse_feature_names
-    from dgn.model import DGN
-    from dgn.pipeline import Featurizer, SelectionDataset
-    from dgn.train import train_model
-
-    if len(train_files) > 1:
-        args.train = str(out / "train-combined.jsonl")
-        concat_problem_files(train_files, args.train)
-        if progress:
-            print(f"training on {len(train_files)} files together: {args.train}", flush=True)
-    else:
-        args.train = train_files[0]
-    if stage is not None and saved is None:
-        if progress:
-            print(f"candidate stage: {stage.describe()} (training keeps every gold candidate)", flush=True)
-        cut_train = out / "candidates-train.jsonl"
-        stage.cut_file(args.train, cut_train, keep_gold=True, progress=progress)
-        args.train = str(cut_train)
-        if args.dev is not None:
-            cut_dev = out / "candidates-dev.jsonl"
-            stage.cut_file(args.dev, cut_dev, progress=progress)
-            args.dev = str(cut_dev)
     if saved is not None and (args.features is not None or args.encoder_model is not None):
         raise DgnUserError("--features, --encoder-model: a resumed run featurizes as it did; leave them out")
-    if args.features is not None:
-        features = parse_feature_names(args.features)
-    else:
-        # The best set the installed extras allow; word vectors the user names join it.
-        features = default_feature_names()
-        if args.vectors is not None and "wordvec" not in features:
-            features = ("wordvec", *features)
-        if progress and saved is None:
-            print(f"features: {','.join(features)} (the default with the installed extras"
-                  + (" and --vectors" if args.vectors is not None else "") + "; --features to choose)", flush=True)
-    vectors = args.vectors
-    if saved is not None:
-        featurizer = Featurizer.from_settings(
-            saved["featurizer"], vectors_path=vectors, cache_dir=args.cache_dir, progress=progress
-        )
-        vectors = featurizer.vectors_path
-    else:
-        if vectors is None and "wordvec" in features:
-            from dgn.features import train_fasttext_vectors
+    from dgn.features.family import parse_feature_names
+    from dgn.train import train_from_files
 
-            if world > 1:
-                raise DgnUserError("--vectors: under torchrun give the word vectors (no per-process fastText training)")
-
-            vectors = out / "vectors.bin"
-            if progress:
-                print(f"training fastText vectors on {args.train} -> {vectors}", flush=True)
-            texts = (t for p in read_problems(args.train) for t in (p.query, *p.candidates))
-            train_fasttext_vectors(texts, vectors, seed=config.seed, **ft_over)
-        featurizer = Featurizer(
-            vectors, features=features, encoder_model=args.encoder_model, cache_dir=args.cache_dir, progress=progress
-        )
-    if not distributed.is_main():
-        distributed.barrier()  # rank 0 fills the feature cache; the others then read it
-    if saved is None:
-        featurizer.fit_scaler(args.train)
-    train = SelectionDataset(args.train, featurizer, max_candidates=config.max_candidates)
-    dev = SelectionDataset(args.dev, featurizer) if args.dev is not None else None
-    if distributed.is_main():
-        distributed.barrier()
-    if not any(any(info.gold) for info in train.infos):
-        raise DgnUserError(f"--train {args.train}: no problem has gold evidence; nothing to train on")
-    if dev is not None and not any(any(info.gold) for info in dev.infos):
-        raise DgnUserError(f"--dev {args.dev}: no problem has gold evidence; cannot select epochs")
-    model_type = args.model_type or "dgn"
-    if saved is not None:
-        model_type = saved.get("model_type", "dgn")
-        model_config = DGNConfig.from_dict(
-            {"in_features": featurizer.dim, **saved["model_config"]}, source=f"{args.resume}/{STATE_NAME}"
-        )
-    else:
-        model_config = build_config(
-            lambda **kw: replace(DGNConfig(in_features=featurizer.dim), **kw), model_over, MODEL_OPTIONS
-        )
-    torch.manual_seed(config.seed)
-    model: Any
-    if model_type == "dgn":
-        model = DGN(model_config)
-    else:
-        from dgn.baselines import EncoderScorer
-
-        model = EncoderScorer(
-            featurizer.dim, model_config.hidden_features, model_config.encoded_features,
-            deep=model_type == "deep-encoder", dropout=model_config.dropout,
-        )
-    if progress:
-        verb = "resuming" if saved is not None else "training"
-        name = {"dgn": "DGN", "encoder": "Encoder", "deep-encoder": "DeepEncoder"}[model_type]
-        print(f"{verb} {name} ({model.num_parameters():,} parameters) on {len(train)} problems", flush=True)
-
-    def save(m: Any, epoch: int, metrics: dict[str, float]) -> None:
-        m.save_pretrained(
-            out,
-            extra={
-                "featurizer": featurizer.settings(),
-                "train_config": asdict(config),
-                "dev_metrics": metrics,
-                "epoch": epoch,
-                "world_size": world,
-                **({"candidate_stage": stage.settings()} if stage is not None else {}),
-            },
-        )
-
-    inputs = {
-        "model_type": model_type,
-        "featurizer": featurizer.settings(),
-        "train": str(Path(args.train).resolve()),
-        "dev": None if args.dev is None else str(Path(args.dev).resolve()),
-        "candidate_stage": None if stage is None else stage.settings(),
-        "world_size": world,
-        "train_sha256": _sha256(args.train),
-        "dev_sha256": None if args.dev is None else _sha256(args.dev),
-    }
-    result = train_model(
-        model, train, dev, config, on_best=save, progress=progress,
-        state_path=out / STATE_NAME, resume=saved is not None, extra_state=inputs,
+    result, _ = train_from_files(
+        args.train, args.output, args.dev,
+        model_type=args.model_type or "dgn", model_options=model_over, config=config,
+        features=None if args.features is None else parse_feature_names(args.features),
+        vectors=args.vectors, encoder_model=args.encoder_model, cache_dir=args.cache_dir,
+        candidate_stage=stage, fasttext_options=ft_over, resume_settings=saved, progress=not args.quiet,
     )
-    history = {
-        **result.to_dict(),
-        "model_type": model_type,
-        "model_config": model_config.to_dict() if model_type == "dgn" else dict(model.config),
-        "train_config": asdict(config),
-        "train": inputs["train"],
-        "dev": inputs["dev"],
-        "vectors": None if vectors is None else str(Path(vectors).resolve()),
-        "features": list(featurizer.features),
-        "world_size": world,
-    }
     if not distributed.is_main():
-        return 0  # rank 0 writes the history and reports
-    with atomic_write(out / "train_history.json") as fh:
-        json.dump(json_ready(history), fh, indent=2, sort_keys=True, allow_nan=False)
-        fh.write("\n")
+        return 0  # rank 0 reports
     if result.best_metrics:
         print(
             f"best epoch {result.best_epoch} of {len(result.history)} "
@@ -426,7 +286,7 @@ def _train(args: argparse.Namespace) -> int:
         print(format_metrics(result.best_metrics))
     else:
         print(f"no dev set: kept the last epoch ({result.best_epoch})")
-    print(f"model saved to {out} ({result.seconds:.1f} s)")
+    print(f"model saved to {Path(args.output)} ({result.seconds:.1f} s)")
     return 0
 
 
