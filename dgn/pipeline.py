@@ -30,6 +30,8 @@ __all__ = [
     "Batch",
     "read_infos",
     "default_cache_dir",
+    "featurizer_for_model",
+    "FEATURIZER_KINDS",
 ]
 
 
@@ -406,3 +408,88 @@ class SelectionDataset:
             order = [order[j] for j in perm]
         for start in range(0, len(order), batch_size):
             yield order[start : start + batch_size]
+
+
+#: Featurizer kinds a checkpoint may record (``extra.featurizer.kind``).
+FEATURIZER_KINDS = ("feature_set", "word_vectors_product")
+
+
+def featurizer_for_model(
+    model: Any,
+    model_dir: str | os.PathLike[str],
+    *,
+    vectors: str | os.PathLike[str] | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool = False,
+) -> Featurizer:
+    """The featurizer a checkpoint records (``extra.featurizer``), as :func:`dgn.train.train_from_files`
+    set it up, so that new data is featurized exactly as the training data was.
+
+    Args:
+        model: The loaded model (:func:`dgn.model.load_model`).
+        model_dir: Its directory (for messages, and for ``vectors.bin`` where ``dgn train``
+            trained fastText vectors into it and the directory has moved since).
+        vectors: The word vectors, where they are no longer at the recorded path.
+        cache_dir: The feature cache (default :func:`default_cache_dir`).
+
+    Raises:
+        DgnUserError: No featurizer recorded, an unknown kind, a vectors file that is
+            missing, or features whose width is not the model's ``in_features``.
+    """
+    from dgn.errors import DataError
+
+    settings = (getattr(model, "extra", None) or {}).get("featurizer")
+    if settings is None:
+        raise DgnUserError(
+            f"{model_dir}: the checkpoint records no featurizer (field 'extra.featurizer'); "
+            "was it written by `dgn train`?"
+        )
+    if not isinstance(settings, dict):
+        raise DgnUserError(
+            f"{model_dir}: field 'extra.featurizer': expected an object, got {type(settings).__name__}"
+        )
+    kind = settings.get("kind")
+    if kind not in FEATURIZER_KINDS:
+        raise DgnUserError(
+            f"{model_dir}: field 'extra.featurizer.kind': unknown featurizer {kind!r}; "
+            f"this dgn knows {', '.join(FEATURIZER_KINDS)}"
+        )
+    uses_vectors = kind == "word_vectors_product" or "wordvec" in (settings.get("features") or [])
+    if uses_vectors:
+        if vectors is not None:
+            given = Path(vectors)
+            if not given.exists():
+                raise DgnUserError(f"--vectors {vectors}: file not found")
+            if not given.is_file():
+                raise DgnUserError(f"--vectors {vectors}: not a file" + (" (a directory)" if given.is_dir() else ""))
+        else:
+            # A model directory moved together with the vectors `dgn train` trained into it.
+            recorded, local = settings.get("vectors"), Path(model_dir) / "vectors.bin"
+            if recorded and not Path(recorded).exists() and local.is_file():
+                vectors = str(local)
+            elif not recorded or not isinstance(recorded, str):
+                raise DgnUserError(
+                    f"{model_dir}: field 'extra.featurizer.vectors': no vectors file recorded; "
+                    "pass --vectors PATH"
+                )
+            elif not Path(recorded).is_file():
+                raise DgnUserError(
+                    f"{model_dir}: the vectors file {recorded} recorded in the checkpoint is "
+                    "missing; pass --vectors PATH"
+                )
+    try:
+        featurizer = Featurizer.from_settings(
+            settings, vectors_path=vectors, cache_dir=cache_dir, progress=progress
+        )
+    except DataError:
+        raise  # names its file (the vectors) already
+    except DgnUserError as exc:  # a bad recorded setting (dim, mean, std)
+        raise DgnUserError(f"{model_dir}: field 'extra.featurizer': {exc}") from None
+    expected = model.config["in_features"] if isinstance(model.config, dict) else model.config.in_features
+    if featurizer.dim != expected:
+        raise DgnUserError(
+            f"the features ({featurizer.describe()}"
+            + (f", vectors file {featurizer.vectors_path}" if featurizer.vectors_path else "")
+            + f") do not match the model in {model_dir}, which expects {expected}"
+        )
+    return featurizer

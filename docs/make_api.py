@@ -31,10 +31,11 @@ SECTIONS = [
     ("Sentence encoders (the `encoders` extra)", "dgn.sentence",
      ["load_sentence_model", "resolve_model_path", "encode_texts", "pair_features", "EndToEndSelector",
       "FinetuneConfig", "FinetuneResult", "finetune", "rank_problems", "cut_candidates", "train_end_to_end"]),
-    ("Pipeline and training", "dgn.pipeline", ["Featurizer", "SelectionDataset", "Batch"]),
+    ("Pipeline and training", "dgn.pipeline", ["Featurizer", "SelectionDataset", "Batch", "featurizer_for_model"]),
     ("", "dgn.train", ["TrainConfig", "TrainResult", "train_model", "training_loss", "load_training_state", "rank",
                        "evaluate_model", "make_optimizer", "clip_gradients", "train_from_files"]),
     ("", "dgn.tune", ["finetune_checkpoint"]),
+    ("Prediction", "dgn.predict", ["predict_file", "predict_dataset", "COMPILE_MIN_PROBLEMS"]),
     ("Baselines", "dgn.baselines", ["EncoderScorer", "tfidf_rankings", "TFIDF_CONFIGS", "tfidf_rankings_config",
                                     "select_tfidf_config", "bm25_rankings", "cosine_rankings", "scmm_rankings",
                                     "top_k"]),
@@ -46,7 +47,7 @@ SECTIONS = [
                                "ranked_lists", "position_weights"]),
     ("", "dgn.fusion.vectors", ["embed", "FusionVectors"]),
     ("", "dgn.fusion.protocol", ["knn_run", "evaluate_self_retrieval", "fusion_graph_fuse", "fusion_vector_fuse"]),
-    ("", "dgn.fusion.candidates", ["CandidateStage", "CANDIDATE_RANKERS", "CANDIDATE_FUSIONS"]),
+    ("", "dgn.fusion.candidates", ["CandidateStage", "CANDIDATE_RANKERS", "CANDIDATE_FUSIONS", "stage_from_options"]),
     ("Errors", "dgn.errors", ["DgnUserError", "DataError"]),
 ]
 

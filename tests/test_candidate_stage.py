@@ -206,3 +206,30 @@ def test_predict_compile_on_gives_the_same_predictions(tmp_path: Path, capsys: p
         outputs[flag] = [(p.id, p.ranking) for p in read_predictions(out)]
     assert outputs["on"] == outputs["off"]
     assert seen and True in seen and False in seen  # each run took its own path
+
+
+def test_predict_file_writes_what_dgn_predict_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """dgn.predict.predict_file, the library function behind ``dgn predict``: the same
+    predictions as the command, with the model's recorded stage and with one given; the
+    picks are indices of the original candidates, within the stage's cut."""
+    from dgn.data import read_predictions
+    from dgn.predict import predict_file
+
+    problems = _word_problems(3, 18, 9)
+    data = _train_lexical(tmp_path, capsys, monkeypatch, problems, "--top-l", 5)
+    for options, flags in (({}, []), ({"top_l": 3, "rankers": "tfidf"}, ["--top-l", 3, "--rankers", "tfidf"])):
+        cli_out, lib_out = tmp_path / "cli.jsonl", tmp_path / "lib.jsonl"
+        code, _, err = _cli(["predict", "--model", tmp_path / "m", "--data", data, "--output", cli_out, "--k", 2,
+                             *flags, "--quiet"], capsys)
+        assert code == 0, err
+        assert predict_file(tmp_path / "m", data, lib_out, k=2, progress=False, **options) == (len(problems), 2)
+        cli, lib = list(read_predictions(cli_out)), list(read_predictions(lib_out))
+        assert [(p.id, p.ranking, p.scores) for p in lib] == [(p.id, p.ranking, p.scores) for p in cli]
+        stage = CandidateStage(("tfidf",), "rrf", top_l=3) if options else CandidateStage(("bm25",), "rrf", top_l=5)
+        for problem, pred in zip(problems, lib, strict=True):
+            assert len(pred.ranking) == 2
+            assert set(pred.ranking) <= set(stage.order(problem.query, problem.candidates)[:stage.top_l])
+    with pytest.raises(DgnUserError, match="--fusion: the candidate stage needs --top-l"):
+        predict_file(tmp_path / "m", data, tmp_path / "bad.jsonl", fusion="fg", progress=False)
+    assert not (tmp_path / "bad.jsonl").exists()

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from dgn.errors import DataError, DgnUserError
+from dgn.errors import DgnUserError
 
 if TYPE_CHECKING:
     from dgn.model import DGN
@@ -39,10 +39,6 @@ def build_config(factory: Callable[..., T], overrides: Mapping[str, Any], option
             message = _FIELD_RE.sub(option, message, count=1)
             raise DgnUserError(message) from None
         raise DgnUserError(f"bad option value: {message}") from None
-
-
-#: Featurizer kinds a checkpoint may record (``extra.featurizer.kind``).
-FEATURIZER_KINDS = ("feature_set", "word_vectors_product")
 
 
 def require_file(path: str | os.PathLike[str], option: str) -> None:
@@ -129,60 +125,10 @@ def load_featurizer(
     cache_dir: str | os.PathLike[str] | None,
     progress: bool,
 ) -> Featurizer:
-    """The featurizer recorded in a checkpoint (``extra.featurizer``), vectors optionally moved."""
-    from dgn.pipeline import Featurizer
+    """The featurizer recorded in a checkpoint: :func:`dgn.pipeline.featurizer_for_model`."""
+    from dgn.pipeline import featurizer_for_model
 
-    settings = model.extra.get("featurizer")
-    if settings is None:
-        raise DgnUserError(
-            f"{model_dir}: the checkpoint records no featurizer (field 'extra.featurizer'); "
-            "was it written by `dgn train`?"
-        )
-    if not isinstance(settings, dict):
-        raise DgnUserError(
-            f"{model_dir}: field 'extra.featurizer': expected an object, got {type(settings).__name__}"
-        )
-    kind = settings.get("kind")
-    if kind not in FEATURIZER_KINDS:
-        raise DgnUserError(
-            f"{model_dir}: field 'extra.featurizer.kind': unknown featurizer {kind!r}; "
-            f"this dgn knows {', '.join(FEATURIZER_KINDS)}"
-        )
-    uses_vectors = kind == "word_vectors_product" or "wordvec" in (settings.get("features") or [])
-    if uses_vectors:
-        if vectors is not None:
-            require_file(vectors, "--vectors")
-        else:
-            # A model directory moved together with the vectors `dgn train` trained into it.
-            recorded, local = settings.get("vectors"), Path(model_dir) / "vectors.bin"
-            if recorded and not Path(recorded).exists() and local.is_file():
-                vectors = str(local)
-            elif not recorded or not isinstance(recorded, str):
-                raise DgnUserError(
-                    f"{model_dir}: field 'extra.featurizer.vectors': no vectors file recorded; "
-                    "pass --vectors PATH"
-                )
-            elif not Path(recorded).is_file():
-                raise DgnUserError(
-                    f"{model_dir}: the vectors file {recorded} recorded in the checkpoint is "
-                    "missing; pass --vectors PATH"
-                )
-    try:
-        featurizer = Featurizer.from_settings(
-            settings, vectors_path=vectors, cache_dir=cache_dir, progress=progress
-        )
-    except DataError:
-        raise  # names its file (the vectors) already
-    except DgnUserError as exc:  # a bad recorded setting (dim, mean, std)
-        raise DgnUserError(f"{model_dir}: field 'extra.featurizer': {exc}") from None
-    expected = model.config["in_features"] if isinstance(model.config, dict) else model.config.in_features
-    if featurizer.dim != expected:
-        raise DgnUserError(
-            f"the features ({featurizer.describe()}"
-            + (f", vectors file {featurizer.vectors_path}" if featurizer.vectors_path else "")
-            + f") do not match the model in {model_dir}, which expects {expected}"
-        )
-    return featurizer
+    return featurizer_for_model(model, model_dir, vectors=vectors, cache_dir=cache_dir, progress=progress)
 
 
 def format_metrics(results: Mapping[str, float], names: tuple[str, ...] = ("recall", "precision", "f1", "strict")) -> str:
@@ -210,17 +156,8 @@ def add_candidate_stage_options(p: Any, types: Mapping[str, Any], top_l_help: st
 
 def candidate_stage_from_options(args: Any, encoder_model: str | None = None) -> Any:
     """The :class:`~dgn.fusion.candidates.CandidateStage` of ``--top-l``/``--rankers``/
-    ``--fusion``, or None when none of them is given.
+    ``--fusion`` (:func:`dgn.fusion.candidates.stage_from_options`), or None when none is given."""
+    from dgn.fusion.candidates import stage_from_options
 
-    Raises:
-        DgnUserError: ``--rankers`` or ``--fusion`` without ``--top-l``, or a bad name.
-    """
-    if args.top_l is None:
-        given = [o for o, v in (("--rankers", args.rankers), ("--fusion", args.fusion)) if v is not None]
-        if given:
-            raise DgnUserError(f"{', '.join(given)}: the candidate stage needs --top-l L")
-        return None
-    from dgn.fusion.candidates import CandidateStage
-
-    return CandidateStage(args.rankers or ("bm25",), args.fusion or "rrf", args.top_l, encoder_model)
+    return stage_from_options(args.top_l, args.rankers, args.fusion, encoder_model)
 

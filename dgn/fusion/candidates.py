@@ -28,7 +28,7 @@ import numpy as np
 
 from dgn.errors import DgnUserError
 
-__all__ = ["CANDIDATE_RANKERS", "CANDIDATE_FUSIONS", "CandidateStage", "parse_rankers"]
+__all__ = ["CANDIDATE_RANKERS", "CANDIDATE_FUSIONS", "CandidateStage", "parse_rankers", "stage_from_options"]
 
 CANDIDATE_RANKERS: tuple[str, ...] = ("tfidf", "bm25", "sentence")
 CANDIDATE_FUSIONS: tuple[str, ...] = ("rrf", "combsum", "combmnz", "borda", "fg", "fv")
@@ -211,3 +211,23 @@ class CandidateStage:
 
     def describe(self) -> str:
         return f"{'+'.join(self.rankers)} {self.fusion} top {self.top_l}"
+
+
+def stage_from_options(
+    top_l: int | None,
+    rankers: str | Sequence[str] | None = None,
+    fusion: str | None = None,
+    encoder_model: str | None = None,
+) -> CandidateStage | None:
+    """The stage of the ``--top-l``/``--rankers``/``--fusion`` options (defaults: BM25 alone,
+    RRF), or None where ``top_l`` is None.
+
+    Raises:
+        DgnUserError: ``rankers`` or ``fusion`` without ``top_l``, or a bad name or value.
+    """
+    if top_l is None:
+        given = [o for o, v in (("--rankers", rankers), ("--fusion", fusion)) if v is not None]
+        if given:
+            raise DgnUserError(f"{', '.join(given)}: the candidate stage needs --top-l L")
+        return None
+    return CandidateStage(rankers or ("bm25",), fusion or "rrf", top_l, encoder_model)
