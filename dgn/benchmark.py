@@ -74,8 +74,7 @@ DATASET_SPLITS: dict[str, dict[str, Any]] = {
     "fever": {"train": "train", "test": "paper_dev", "dev_fraction": 0.05},
 }
 
-#: FEVER's official scorer counts the first 5 predicted sentences of a claim.
-FEVER_MAX_EVIDENCE = 5
+from dgn.metrics.fever import FEVER_MAX_EVIDENCE  # noqa: E402  (the scorer's 5 sentences, kept importable here)
 
 #: Every row the benchmark knows, in table order. Rows whose inputs are missing (no word
 #: vectors, no sentence encoder) are left out.

@@ -18,7 +18,7 @@ SECTIONS = [
                               "ApproxNDCGLoss", "LayerwiseApproxNDCG"]),
     ("Metrics", "dgn.metrics", ["recall_at_k", "precision_at_k", "strict_at_k", "f1_from_precision_recall",
                                 "ndcg_at_k", "mrr", "average_precision", "parse_metric", "SelectionMetrics",
-                                "evaluate_rankings", "fever_score", "format_table"]),
+                                "evaluate_rankings", "fever_score", "format_table", "evaluate_files"]),
     ("Data", "dgn.data", ["Problem", "Prediction", "read_problems", "write_problems", "read_predictions",
                           "write_predictions", "convert", "ADAPTERS", "DATASETS", "locate", "download",
                           "WikiStore", "atomic_write", "concat_problem_files"]),

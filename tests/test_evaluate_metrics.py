@@ -195,8 +195,8 @@ def test_metrics_and_k_are_exclusive(
 
 
 def test_evaluate_files_library_call(files: dict[str, str]) -> None:
-    from dgn.commands.evaluate import evaluate_files
     from dgn.errors import DgnUserError
+    from dgn.metrics.files import evaluate_files
 
     results = evaluate_files(files["preds"], files["data"], metrics=["mrr", "mrr@1"])
     assert results["mrr"] == pytest.approx(MRR)

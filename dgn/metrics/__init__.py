@@ -7,7 +7,9 @@
 * :mod:`~dgn.metrics.evaluation`: ``"recall@5"``-style specs (:func:`parse_metric`), the
   accumulating :class:`SelectionMetrics` and :func:`evaluate_rankings`;
 * :mod:`~dgn.metrics.fever`: FEVER's official scorer rules (:func:`fever_score`);
-* :mod:`~dgn.metrics.report`: Markdown tables in the layout of the paper's Table 1.
+* :mod:`~dgn.metrics.report`: Markdown tables in the layout of the paper's Table 1;
+* :mod:`~dgn.metrics.files`: a predictions file scored against a selection file, as
+  ``dgn evaluate`` reports it (:func:`evaluate_files`).
 
 A *ranking* is a sequence of candidate indices in the order picked (``-1`` = no pick, as
 greedy returns when candidates run out); *gold* is a list of alternative gold sets.
@@ -28,6 +30,7 @@ from dgn.metrics.evaluation import (
     parse_metric,
 )
 from dgn.metrics.fever import FeverScore, fever_score
+from dgn.metrics.files import evaluate_files
 from dgn.metrics.graded import average_precision, gold_relevance, mrr, ndcg_at_k
 from dgn.metrics.report import format_table
 from dgn.metrics.selection import (
@@ -54,4 +57,5 @@ __all__ = [
     "FeverScore",
     "fever_score",
     "format_table",
+    "evaluate_files",
 ]

@@ -39,10 +39,12 @@ from typing import Any, NamedTuple
 from dgn.metrics._inputs import check_cutoff
 from dgn.metrics.selection import _precision, _strict, f1_from_precision_recall
 
-__all__ = ["FeverScore", "fever_score", "NOT_ENOUGH_INFO"]
+__all__ = ["FeverScore", "fever_score", "NOT_ENOUGH_INFO", "FEVER_MAX_EVIDENCE"]
 
 #: The label whose evidence is not scored.
 NOT_ENOUGH_INFO = "NOT ENOUGH INFO"
+#: FEVER's official scorer counts the first 5 predicted sentences of a claim.
+FEVER_MAX_EVIDENCE = 5
 
 _Pair = tuple[str, int]
 
