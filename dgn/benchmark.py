@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from dgn.errors import DgnUserError
+from dgn.metrics.fever import FEVER_MAX_EVIDENCE  # the scorer's first 5 sentences
 
 __all__ = [
     "BenchmarkSettings",
@@ -74,7 +75,6 @@ DATASET_SPLITS: dict[str, dict[str, Any]] = {
     "fever": {"train": "train", "test": "paper_dev", "dev_fraction": 0.05},
 }
 
-from dgn.metrics.fever import FEVER_MAX_EVIDENCE  # noqa: E402  (the scorer's 5 sentences, kept importable here)
 
 #: Every row the benchmark knows, in table order. Rows whose inputs are missing (no word
 #: vectors, no sentence encoder) are left out.

@@ -69,21 +69,29 @@ def predict_file(
         The number of predictions written and the ``k`` used.
 
     Raises:
-        DgnUserError: As :func:`dgn.model.load_model` and
+        DgnUserError: A bad argument or an output directory that does not exist (checked
+            first), as :func:`dgn.model.load_model` and
             :func:`dgn.pipeline.featurizer_for_model`, a bad candidate-stage setting, or a
             compiled kernel that cannot be built.
+        DataError: A malformed problem in ``data`` (file, line and field).
     """
     from dgn.data import write_predictions
     from dgn.sentence.finetune import is_end_to_end_model
 
+    for name, value in (("k", k), ("batch_size", batch_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise DgnUserError(f"{name} must be a positive integer, got {value!r}")
+    if compile not in ("auto", "on", "off"):
+        raise DgnUserError(f"compile must be 'auto', 'on' or 'off', got {compile!r}")
+    if Path(output).is_dir():
+        raise DgnUserError(f"--output {output}: is a directory; expected a file name")
+    if not Path(output).parent.is_dir():
+        raise DgnUserError(f"--output {output}: directory {Path(output).parent} does not exist")
     if is_end_to_end_model(model_dir):
         for option, value in (("--top-l", top_l), ("--rankers", rankers), ("--fusion", fusion)):
             if value is not None:
                 raise DgnUserError(f"{option}: an end-to-end model applies the cut it was trained with")
         return _predict_end_to_end(model_dir, data, output, k=k, batch_size=batch_size, progress=progress)
-    if compile not in ("auto", "on", "off"):
-        raise ValueError(f"compile must be 'auto', 'on' or 'off', got {compile!r}")
-
     import tempfile
 
     from dgn.fusion.candidates import CandidateStage, stage_from_options

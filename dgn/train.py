@@ -40,6 +40,7 @@ __all__ = [
     "make_optimizer",
     "clip_gradients",
     "train_from_files",
+    "read_run_settings",
     "STATE_NAME",
 ]
 
@@ -614,15 +615,44 @@ def _set_tau(model: DGN, tau: float) -> None:
     model.config = replace(model.config, tau=tau)
 
 
+def read_run_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The settings a run saved in ``directory`` recorded in its training state
+    (:data:`STATE_NAME`), for :func:`train_from_files`'s ``resume_settings``: ``train_config``,
+    ``model_config``, ``model_type``, ``featurizer``, ``candidate_stage`` (or None), and the
+    files it trained on, ``train`` and ``dev`` (paths, or None) with their ``train_sha256``
+    and ``dev_sha256``.
+
+    Raises:
+        DgnUserError: No training state there, or one that records no featurizer.
+    """
+    directory = Path(directory)
+    path = directory / STATE_NAME
+    if not path.is_file():
+        raise DgnUserError(f"--resume {directory}: no training state ({STATE_NAME}) there; "
+                           "start a new run without --resume")
+    state = load_training_state(path)
+    extra = state.get("extra") or {}
+    if "featurizer" not in extra:
+        raise DgnUserError(f"{path}: field 'extra.featurizer': missing; cannot featurize as the run did")
+    return {
+        "train_config": state["train_config"],
+        "model_config": state["model_config"],
+        "model_type": extra.get("model_type", "dgn"),
+        "featurizer": extra["featurizer"],
+        "candidate_stage": extra.get("candidate_stage"),
+        **{key: extra.get(key) for key in ("train", "dev", "train_sha256", "dev_sha256")},
+    }
+
+
 def train_from_files(
-    train: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    train: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None,
     output: str | os.PathLike[str],
     dev: str | os.PathLike[str] | None = None,
     *,
-    model_type: str = "dgn",
+    model_type: str | None = None,
     model_options: Mapping[str, Any] | None = None,
     config: TrainConfig | None = None,
-    features: Sequence[str] | None = None,
+    features: str | Sequence[str] | None = None,
     vectors: str | os.PathLike[str] | None = None,
     encoder_model: str | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
@@ -641,37 +671,42 @@ def train_from_files(
 
     Args:
         train: One selection JSONL file, or several, trained on together (written as
-            ``output/train-combined.jsonl``).
+            ``output/train-combined.jsonl``; one process only). None when resuming: the
+            file the run recorded.
         output: The model directory (created).
-        dev: Selection JSONL for epoch selection; None keeps the last epoch.
-        model_type: ``"dgn"``, ``"encoder"`` or ``"deep-encoder"``.
+        dev: Selection JSONL for epoch selection; None keeps the last epoch (when
+            resuming: the run's own dev file, if it had one).
+        model_type: ``"dgn"`` (the default), ``"encoder"`` or ``"deep-encoder"``.
         model_options: :class:`~dgn.model.DGNConfig` fields to set (``in_features`` comes from
             the features); an encoder scorer reads ``hidden_features``,
             ``encoded_features`` and ``dropout``.
-        config: The optimisation settings (default :class:`TrainConfig`).
-        features: Feature block names; None: the best set the installed extras allow
-            (:func:`~dgn.features.family.default_feature_names`), word vectors joining it
-            where ``vectors`` is given.
+        config: The optimisation settings (default :class:`TrainConfig`; when resuming, the
+            run's own, and a given one may differ from it only in :data:`RESUMABLE_CHANGES`).
+        features: Feature block names (a list, or a comma list); None: the best set the
+            installed extras allow (:func:`~dgn.features.family.default_feature_names`),
+            word vectors joining it where ``vectors`` is given.
         vectors: Word vectors for the ``wordvec`` block; None with ``wordvec`` trains
-            fastText vectors on the training texts (``output/vectors.bin``;
-            ``fasttext_options`` are :func:`~dgn.features.train_fasttext_vectors`'s
+            fastText vectors on the training texts (``output/vectors.bin``; one process
+            only; ``fasttext_options`` are :func:`~dgn.features.train_fasttext_vectors`'s
             keywords).
         encoder_model: The sentence encoder of the ``sentence`` block (default: the bundled one).
         cache_dir: The feature cache (default :func:`~dgn.pipeline.default_cache_dir`).
         candidate_stage: A :class:`~dgn.fusion.candidates.CandidateStage` that cuts each
-            problem's candidates first (training keeps every gold one).
-        resume_settings: Continue the run saved in ``output``: the settings it recorded
-            (``train_config``, ``model_config``, ``model_type``, ``featurizer``), as
-            ``dgn train --resume`` reads them from its training state; ``config`` may then
-            differ only in :data:`RESUMABLE_CHANGES`.
+            problem's candidates first (training keeps every gold one; one process only).
+        resume_settings: Continue the run saved in ``output``: what
+            :func:`read_run_settings` returns for it. The run's model, features, vectors and
+            candidate stage are kept (giving other ones is an error), and the training and
+            dev files must be the ones it trained on (their SHA-256 is checked).
         progress: Print what is done and show progress bars (rank 0 only under torchrun).
 
     Returns:
         The :class:`TrainResult` and the history written to ``train_history.json``.
 
     Raises:
-        DgnUserError: A missing input file, an output path that is not a directory, a
-            training set without gold evidence, or a dev set without it.
+        DgnUserError: A bad argument (checked before any file is written), a missing input
+            file, an output path that is not a directory, a training set without gold
+            evidence or a dev set without it, or, when resuming, settings or files other
+            than the run's.
     """
     import json
     from dataclasses import replace
@@ -680,21 +715,71 @@ def train_from_files(
     from dgn.data import atomic_write, concat_problem_files, read_problems
     from dgn.data.io import json_ready
     from dgn.features.cache import file_sha256
-    from dgn.features.family import default_feature_names
+    from dgn.features.family import default_feature_names, parse_feature_names
     from dgn.model import DGNConfig
     from dgn.pipeline import Featurizer
 
     world = distributed.world_size() if distributed.process_group() else 1
     progress = progress and distributed.is_main()
-    config = config or TrainConfig()
     model_options = dict(model_options or {})
+    if features is not None:
+        features = parse_feature_names(features if isinstance(features, str) else ",".join(features))
     saved = None if resume_settings is None else dict(resume_settings)
+    stage = candidate_stage
+    if saved is not None:
+        given = [name for name, value in (("model_options", model_options), ("features", features),
+                                          ("encoder_model", encoder_model), ("fasttext_options", fasttext_options))
+                 if value]
+        if given:
+            raise DgnUserError(f"{', '.join(given)}: a resumed run keeps its model and features; leave them out")
+        if model_type is not None and model_type != saved["model_type"]:
+            raise DgnUserError(f"model_type {model_type!r}: the run being resumed trained a {saved['model_type']!r}")
+        model_type = saved["model_type"]
+        if config is None:
+            recorded = saved["train_config"]
+            config = TrainConfig(**{**recorded, "eval_ks": tuple(recorded["eval_ks"])})
+        from dgn.fusion.candidates import CandidateStage
+
+        stage = None if saved["candidate_stage"] is None else CandidateStage.from_settings(saved["candidate_stage"])
+        if candidate_stage is not None and (stage is None or candidate_stage.settings() != stage.settings()):
+            raise DgnUserError("candidate stage: a resumed run keeps its own; leave it out")
+        if train is None:
+            train = saved.get("train")
+        if dev is None:
+            dev = saved.get("dev")
+    model_type = model_type or "dgn"
+    if model_type not in ("dgn", "encoder", "deep-encoder"):
+        raise DgnUserError(f"model_type must be 'dgn', 'encoder' or 'deep-encoder', got {model_type!r}")
+    if model_type != "dgn":
+        dgn_only = sorted(set(model_options) - {"hidden_features", "encoded_features", "dropout"})
+        if dgn_only:
+            raise DgnUserError(f"model_options {', '.join(dgn_only)}: DGN settings; an encoder scorer reads "
+                               "hidden_features, encoded_features and dropout")
+    try:
+        replace(DGNConfig(in_features=1), **model_options)
+    except (TypeError, ValueError) as exc:
+        raise DgnUserError(f"model_options: {exc}") from None
+    config = config or TrainConfig()
+    if train is None:
+        raise DgnUserError("--train: required (the run being resumed recorded none)")
     train_files = [train] if isinstance(train, (str, os.PathLike)) else list(train)
     if not train_files:
         raise DgnUserError("--train: no file given")
+    if world > 1:
+        given = [o for o, v in (("several --train files", len(train_files) > 1),
+                                ("--top-l", stage is not None and saved is None)) if v]
+        if given:
+            raise DgnUserError(f"{', '.join(given)}: not supported under torchrun yet; run one process")
     for path, option in [*((t, "--train") for t in train_files), (dev, "--dev")]:
         if path is not None and not Path(path).is_file():
             raise DgnUserError(f"{option} {path}: file not found")
+    if saved is not None:
+        for path, key, option in ((train_files[0], "train", "--train"), (dev, "dev", "--dev")):
+            digest = saved.get(f"{key}_sha256")
+            if len(train_files) > 1 and key == "train":
+                raise DgnUserError("--train: a resumed run reads the file it recorded; give one file")
+            if path is not None and digest is not None and file_sha256(path) != digest:
+                raise DgnUserError(f"{option} {path}: not the file the run being resumed trained on (sha256 differs)")
     out = Path(output)
     if out.exists() and not out.is_dir():
         raise DgnUserError(f"--output {out}: not a directory")
@@ -711,7 +796,6 @@ def train_from_files(
     else:
         train_path = str(train_files[0])
     dev_path = None if dev is None else str(dev)
-    stage = candidate_stage
     if stage is not None and saved is None:
         if progress:
             print(f"candidate stage: {stage.describe()} (training keeps every gold candidate)", flush=True)
@@ -762,7 +846,6 @@ def train_from_files(
     if dev_data is not None and not any(any(info.gold) for info in dev_data.infos):
         raise DgnUserError(f"--dev {dev_path}: no problem has gold evidence; cannot select epochs")
     if saved is not None:
-        model_type = saved.get("model_type", "dgn")
         model_config = DGNConfig.from_dict(
             {"in_features": featurizer.dim, **saved["model_config"]}, source=f"{out}/{STATE_NAME}"
         )
@@ -772,13 +855,11 @@ def train_from_files(
     model: Model
     if model_type == "dgn":
         model = DGN(model_config)
-    elif model_type in ("encoder", "deep-encoder"):
+    else:
         model = EncoderScorer(
             featurizer.dim, model_config.hidden_features, model_config.encoded_features,
             deep=model_type == "deep-encoder", dropout=model_config.dropout,
         )
-    else:
-        raise ValueError(f"model_type must be 'dgn', 'encoder' or 'deep-encoder', got {model_type!r}")
     if progress:
         verb = "resuming" if saved is not None else "training"
         name = {"dgn": "DGN", "encoder": "Encoder", "deep-encoder": "DeepEncoder"}[model_type]

@@ -230,6 +230,13 @@ def test_predict_file_writes_what_dgn_predict_writes(tmp_path: Path, capsys: pyt
         for problem, pred in zip(problems, lib, strict=True):
             assert len(pred.ranking) == 2
             assert set(pred.ranking) <= set(stage.order(problem.query, problem.candidates)[:stage.top_l])
-    with pytest.raises(DgnUserError, match="--fusion: the candidate stage needs --top-l"):
-        predict_file(tmp_path / "m", data, tmp_path / "bad.jsonl", fusion="fg", progress=False)
-    assert not (tmp_path / "bad.jsonl").exists()
+    bad = tmp_path / "bad.jsonl"
+    for options, message in (({"fusion": "fg"}, "--fusion: the candidate stage needs --top-l"),
+                             ({"k": 0}, "k must be a positive integer"),
+                             ({"batch_size": 0}, "batch_size must be a positive integer"),
+                             ({"compile": "yes"}, "compile must be 'auto', 'on' or 'off'")):
+        with pytest.raises(DgnUserError, match=message):
+            predict_file(tmp_path / "m", data, bad, progress=False, **options)
+        assert not bad.exists()
+    with pytest.raises(DgnUserError, match="directory .*nowhere does not exist"):
+        predict_file(tmp_path / "m", data, tmp_path / "nowhere" / "p.jsonl", progress=False)

@@ -288,3 +288,26 @@ def test_dgn_output_ranking_is_picks_then_last_layer_gains() -> None:
         rest = sorted((j for j in range(7) if j not in picks and mask[b, j]), key=lambda j: -last[j])
         padding = [j for j in range(7) if not mask[b, j]]
         assert ranking[b].tolist() == picks + rest + padding
+
+
+def test_train_from_files_checks_its_arguments_first(tmp_path: Path) -> None:
+    """Bad arguments are one-line user errors raised before the output directory is made."""
+    from dgn.train import train_from_files
+
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"id": "a", "query": "q", "candidates": ["x", "y"], "gold": [[0]]}) + "\n")
+    out = tmp_path / "out"
+    cases = [
+        ({"model_type": "bogus"}, "model_type must be 'dgn', 'encoder' or 'deep-encoder'"),
+        ({"model_options": {"stpes": 3}}, "model_options: .*stpes"),
+        ({"model_options": {"steps": 0}}, "model_options: DGNConfig.steps"),
+        ({"model_type": "encoder", "model_options": {"steps": 3}}, "model_options steps: DGN settings"),
+        ({"features": "wordvec,nope"}, "nope"),
+    ]
+    for options, message in cases:
+        with pytest.raises(DgnUserError, match=message):
+            train_from_files(data, out, progress=False, **options)
+        assert not out.exists(), options
+    with pytest.raises(DgnUserError, match="--train .*missing.jsonl: file not found"):
+        train_from_files([data, tmp_path / "missing.jsonl"], out, progress=False)
+    assert not out.exists()

@@ -233,3 +233,47 @@ def test_train_from_files_is_what_dgn_train_runs(ws: dict[str, Path], uninterrup
     with pytest.raises(DgnUserError, match="--dev .*missing.jsonl: file not found"):
         train_from_files(ws["train"], tmp_path / "bad", tmp_path / "missing.jsonl", progress=False)
     assert not (tmp_path / "bad").exists()  # nothing written before the inputs are checked
+
+
+def test_train_from_files_resumes_with_the_runs_settings(ws: dict[str, Path], uninterrupted: Path,
+                                                        tmp_path: Path) -> None:
+    """train_from_files(resume_settings=read_run_settings(out)): without a config it keeps
+    the run's own (a finished 3-epoch run stays at 3 epochs), with epochs raised it ends
+    where the uninterrupted run does, and other settings or files than the run's are
+    refused before anything is written."""
+    from dataclasses import replace
+
+    from dgn.errors import DgnUserError
+    from dgn.fusion.candidates import CandidateStage
+    from dgn.train import TrainConfig, read_run_settings, train_from_files
+
+    out = tmp_path / "short"
+    first = run_dgn(_train_args(ws, out, 3), ws["cache"])
+    assert first.returncode == 0, first.stderr
+    settings = read_run_settings(out)
+    assert settings["model_type"] == "dgn" and settings["candidate_stage"] is None
+    assert settings["train"] == str(Path(ws["train"]).resolve()) and settings["train_config"]["epochs"] == 3
+    before = _weights(out)
+    refused = [
+        ({"features": "wordvec,lexical"}, "features: a resumed run keeps"),
+        ({"model_options": {"steps": 2}}, "model_options: a resumed run keeps"),
+        ({"model_type": "encoder"}, "model_type 'encoder': the run being resumed trained a 'dgn'"),
+        ({"candidate_stage": CandidateStage(top_l=3)}, "candidate stage: a resumed run keeps its own"),
+        ({"dev": ws["train"]}, "--dev .*: not the file the run being resumed trained on"),
+    ]
+    for options, message in refused:
+        with pytest.raises(DgnUserError, match=message):
+            train_from_files(None, out, resume_settings=settings, cache_dir=ws["cache"], progress=False, **options)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the command's process runs (OMP_NUM_THREADS=1)
+    try:
+        result, _ = train_from_files(None, out, resume_settings=settings, cache_dir=ws["cache"], progress=False)
+        assert len(result.history) == 3  # the run's own config: 3 epochs, already done
+        after = _weights(out)
+        assert all(torch.equal(before[k], after[k]) for k in before)
+        saved = TrainConfig(**{**settings["train_config"], "eval_ks": tuple(settings["train_config"]["eval_ks"])})
+        train_from_files(None, out, resume_settings=settings, config=replace(saved, epochs=EPOCHS),
+                         cache_dir=ws["cache"], progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    _assert_same_run(out, uninterrupted)

@@ -6,9 +6,9 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from dgn.predict import COMPILE_MIN_PROBLEMS, predict_dataset
+from dgn.predict import COMPILE_MIN_PROBLEMS
 
-__all__ = ["register", "predict_dataset", "COMPILE_MIN_PROBLEMS"]
+__all__ = ["register"]
 
 
 def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:

@@ -271,7 +271,7 @@ def _train(args: argparse.Namespace) -> int:
 
     result, _ = train_from_files(
         args.train, args.output, args.dev,
-        model_type=args.model_type or "dgn", model_options=model_over, config=config,
+        model_type=args.model_type, model_options=model_over, config=config,
         features=None if args.features is None else parse_feature_names(args.features),
         vectors=args.vectors, encoder_model=args.encoder_model, cache_dir=args.cache_dir,
         candidate_stage=stage, fasttext_options=ft_over, resume_settings=saved, progress=not args.quiet,
@@ -404,35 +404,27 @@ def _resume_settings(
 ) -> dict[str, Any]:
     """Check ``--resume DIR`` against the other options; fill in what the saved run used.
 
-    Returns the saved run's settings (``train_config``, ``model_config``, ``featurizer``)
-    and sets ``args.train``, ``args.dev`` and ``args.output`` where they were left out.
+    Returns the saved run's settings (:func:`dgn.train.read_run_settings`) and sets
+    ``args.train``, ``args.dev`` and ``args.output`` where they were left out.
     """
     from pathlib import Path
 
     from dgn.errors import DgnUserError
-    from dgn.train import RESUMABLE_CHANGES, STATE_NAME, load_training_state
+    from dgn.train import RESUMABLE_CHANGES, read_run_settings
 
     directory = Path(args.resume)
-    if not (directory / STATE_NAME).is_file():
-        raise DgnUserError(
-            f"--resume {directory}: no training state ({STATE_NAME}) there; "
-            "start a new run without --resume"
-        )
+    saved = read_run_settings(directory)
     if args.output is not None and Path(args.output).resolve() != directory.resolve():
         raise DgnUserError(f"--output {args.output}: a resumed run writes to its own directory ({directory})")
     args.output = str(directory)
-    state = load_training_state(directory / STATE_NAME)
-    extra = state.get("extra") or {}
-    path = directory / STATE_NAME
     if model_over:
         given = ", ".join(MODEL_OPTIONS[k] for k in model_over)
         raise DgnUserError(f"{given}: the model of a resumed run cannot change (--resume {directory})")
     if ft_over:
         given = ", ".join(FASTTEXT_OPTIONS[k] for k in ft_over)
         raise DgnUserError(f"{given}: the vectors of a resumed run cannot change (--resume {directory})")
-    saved_config = state["train_config"]
     for name, value in train_over.items():
-        before = saved_config.get(name)
+        before = saved["train_config"].get(name)
         if name not in RESUMABLE_CHANGES and before != value:
             raise DgnUserError(
                 f"{TRAIN_OPTIONS[name]} {value}: the run being resumed used {before!r}; "
@@ -440,7 +432,7 @@ def _resume_settings(
             )
     for option, key in (("--train", "train"), ("--dev", "dev")):
         given = getattr(args, key)
-        recorded, digest = extra.get(key), extra.get(f"{key}_sha256")
+        recorded, digest = saved[key], saved[f"{key}_sha256"]
         if given is None:
             if key == "dev" and recorded is None:
                 continue
@@ -452,12 +444,4 @@ def _resume_settings(
             raise DgnUserError(f"{option} {given}: the run being resumed had no {option}")
         if Path(given).is_file() and digest is not None and _sha256(given) != digest:
             raise DgnUserError(f"{option} {given}: not the file the run being resumed trained on (sha256 differs)")
-    if "featurizer" not in extra:
-        raise DgnUserError(f"{path}: field 'extra.featurizer': missing; cannot featurize as the run did")
-    return {
-        "train_config": saved_config,
-        "model_config": state["model_config"],
-        "model_type": extra.get("model_type", "dgn"),
-        "featurizer": extra["featurizer"],
-        "candidate_stage": extra.get("candidate_stage"),
-    }
+    return saved
