@@ -28,7 +28,10 @@ if TYPE_CHECKING:
     from dgn.model import DGN
     from dgn.pipeline import Featurizer
 
-__all__ = ["Candidate", "Step", "Explanation", "explain_problem", "format_explanation", "plot_explanation"]
+__all__ = [
+    "Candidate", "Step", "Explanation", "explain_problem", "load_explainable", "format_explanation",
+    "plot_explanation",
+]
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,39 @@ def explain_problem(
         steps=out_steps,
         step_gains=step_gains,
     )
+
+
+def load_explainable(
+    model_dir: str | os.PathLike[str], vectors: str | os.PathLike[str] | None = None
+) -> tuple[DGN, Any]:
+    """The DGN saved in ``model_dir`` and the featurizer to give :func:`explain_problem`, for
+    either kind of checkpoint: one trained on frozen features (its recorded featurizer,
+    :func:`dgn.pipeline.featurizer_for_model`) or one trained end to end (the DGN head
+    with its fine-tuned encoder's features, :class:`dgn.sentence.EndToEndFeatures`).
+
+    Raises:
+        DgnUserError: As :func:`dgn.model.load_model` and
+            :func:`dgn.pipeline.featurizer_for_model`, or an encoder scorer's checkpoint
+            (only a DGN has a greedy objective to explain).
+    """
+    from dgn.model import DGN, load_model
+    from dgn.sentence.finetune import is_end_to_end_model
+
+    if is_end_to_end_model(model_dir):
+        from dgn.sentence import EndToEndFeatures, EndToEndSelector
+
+        selector = EndToEndSelector.from_pretrained(model_dir)
+        if selector.dgn is None:
+            raise DgnUserError(f"--model {model_dir}: trained end to end under a listwise head, not a DGN; "
+                               "explain shows a DGN's greedy objective")
+        return selector.dgn, EndToEndFeatures(selector)
+    from dgn.pipeline import featurizer_for_model
+
+    model = load_model(model_dir)
+    if not isinstance(model, DGN):
+        raise DgnUserError(f"--model {model_dir}: an encoder scorer's checkpoint; "
+                           "explain shows a DGN's greedy objective")
+    return model, featurizer_for_model(model, model_dir, vectors=vectors)
 
 
 def _at(values: list[float] | None, i: int) -> float | None:

@@ -36,6 +36,8 @@ SECTIONS = [
                        "evaluate_model", "make_optimizer", "clip_gradients", "train_from_files",
                        "read_run_settings"]),
     ("", "dgn.tune", ["finetune_checkpoint"]),
+    ("Explanations", "dgn.explain", ["load_explainable", "explain_problem", "Explanation", "format_explanation",
+                                     "plot_explanation"]),
     ("Prediction", "dgn.predict", ["predict_file", "predict_dataset", "COMPILE_MIN_PROBLEMS"]),
     ("Baselines", "dgn.baselines", ["EncoderScorer", "tfidf_rankings", "TFIDF_CONFIGS", "tfidf_rankings_config",
                                     "select_tfidf_config", "bm25_rankings", "cosine_rankings", "scmm_rankings",

@@ -152,3 +152,22 @@ def test_lexical_heads_start_as_the_plain_heads_then_learn_and_round_trip(encode
     again = EndToEndSelector.from_pretrained(tmp_path / "lex")
     assert again.lexical and torch.equal(again.lexical_head.weight, model.lexical_head.weight)
     assert rank_problems(again, PROBLEMS, 3, progress=False) == rank_problems(model, PROBLEMS, 3, progress=False)
+
+
+def test_load_explainable_reads_either_kind_of_checkpoint(encoder, tmp_path):
+    """dgn.explain.load_explainable: an end-to-end DGN gives its head and its encoder's
+    features, whose explanation picks what rank_problems picks; a listwise head has no
+    greedy objective to explain, which is a one-line user error."""
+    from dgn.explain import explain_problem, load_explainable
+
+    torch.manual_seed(0)
+    for head in ("dgn", "listwise"):
+        EndToEndSelector(encoder, head).save_pretrained(tmp_path / head)
+    model, featurizer = load_explainable(tmp_path / "dgn")
+    selector = EndToEndSelector.from_pretrained(tmp_path / "dgn")
+    expected = rank_problems(selector, PROBLEMS, 2, progress=False)
+    for problem, ranking in zip(PROBLEMS, expected, strict=True):
+        expl = explain_problem(model, featurizer, problem, steps=2)
+        assert [step.pick.index for step in expl.steps] == list(ranking), problem.id
+    with pytest.raises(DgnUserError, match="listwise head, not a DGN"):
+        load_explainable(tmp_path / "listwise")

@@ -45,14 +45,8 @@ def _find_problem(path: str, problem_id: str) -> Any:
 def _explain(args: argparse.Namespace) -> int:
     import json
 
-    from dgn.commands._common import (
-        load_featurizer,
-        load_model,
-        require_dir,
-        require_file,
-        require_output_file,
-    )
-    from dgn.explain import explain_problem, format_explanation, plot_explanation
+    from dgn.commands._common import require_dir, require_file, require_output_file
+    from dgn.explain import explain_problem, format_explanation, load_explainable, plot_explanation
 
     # Everything that can be checked without torch, the model or the vectors, first.
     require_dir(args.model, "--model", "model directory")
@@ -61,17 +55,7 @@ def _explain(args: argparse.Namespace) -> int:
     if args.vectors is not None:
         require_file(args.vectors, "--vectors")
     problem = _find_problem(args.data, args.id)
-    from dgn.sentence.finetune import is_end_to_end_model
-
-    if is_end_to_end_model(args.model):
-        from dgn.sentence import EndToEndFeatures, EndToEndSelector
-
-        selector = EndToEndSelector.from_pretrained(args.model)
-        featurizer: Any = EndToEndFeatures(selector)
-        model = selector.dgn
-    else:
-        model = load_model(args.model, dgn_only=True, purpose="explain shows a DGN's greedy objective")
-        featurizer = load_featurizer(model, args.model, vectors=args.vectors, cache_dir=None, progress=False)
+    model, featurizer = load_explainable(args.model, vectors=args.vectors)
     expl = explain_problem(model, featurizer, problem, steps=args.steps, runners_up=args.runners_up)
     if args.png is not None:
         plot_explanation(expl, args.png)
