@@ -747,6 +747,8 @@ def train_from_files(
             train = saved.get("train")
         if dev is None:
             dev = saved.get("dev")
+        elif saved.get("dev") is None:
+            raise DgnUserError(f"--dev {dev}: the run being resumed had no --dev")
     model_type = model_type or "dgn"
     if model_type not in ("dgn", "encoder", "deep-encoder"):
         raise DgnUserError(f"model_type must be 'dgn', 'encoder' or 'deep-encoder', got {model_type!r}")

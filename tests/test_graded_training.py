@@ -311,3 +311,22 @@ def test_train_from_files_checks_its_arguments_first(tmp_path: Path) -> None:
     with pytest.raises(DgnUserError, match="--train .*missing.jsonl: file not found"):
         train_from_files([data, tmp_path / "missing.jsonl"], out, progress=False)
     assert not out.exists()
+
+
+def test_train_from_files_resume_refuses_a_dev_file_the_run_had_not(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from dgn.train import TrainConfig, read_run_settings, train_from_files
+
+    monkeypatch.setenv("DGN_CACHE_DIR", str(tmp_path / "cache"))
+    data = tmp_path / "train.jsonl"
+    rows = [{"id": f"p{i}", "query": "the cat sat", "candidates": ["a cat sat", "dogs run", "the cat"],
+             "gold": [[i % 3]]} for i in range(6)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "run"
+    result, history = train_from_files(data, out, features="lexical", config=TrainConfig(epochs=1, batch_size=2),
+                                       progress=False)
+    assert history["dev"] is None and result.best_epoch == 1
+    settings = read_run_settings(out)
+    assert settings["dev"] is None and settings["train_sha256"] is not None
+    with pytest.raises(DgnUserError, match="the run being resumed had no --dev"):
+        train_from_files(None, out, data, resume_settings=settings, progress=False)
