@@ -436,6 +436,7 @@ def featurizer_for_model(
         DgnUserError: No featurizer recorded, an unknown kind, a vectors file that is
             missing, or features whose width is not the model's ``in_features``.
     """
+    from dgn._paths import require_file
     from dgn.errors import DataError
 
     settings = (getattr(model, "extra", None) or {}).get("featurizer")
@@ -457,11 +458,7 @@ def featurizer_for_model(
     uses_vectors = kind == "word_vectors_product" or "wordvec" in (settings.get("features") or [])
     if uses_vectors:
         if vectors is not None:
-            given = Path(vectors)
-            if not given.exists():
-                raise DgnUserError(f"--vectors {vectors}: file not found")
-            if not given.is_file():
-                raise DgnUserError(f"--vectors {vectors}: not a file" + (" (a directory)" if given.is_dir() else ""))
+            require_file(vectors, "--vectors")
         else:
             # A model directory moved together with the vectors `dgn train` trained into it.
             recorded, local = settings.get("vectors"), Path(model_dir) / "vectors.bin"

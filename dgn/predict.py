@@ -75,6 +75,7 @@ def predict_file(
             compiled kernel that cannot be built.
         DataError: A malformed problem in ``data`` (file, line and field).
     """
+    from dgn._paths import require_output_file
     from dgn.data import write_predictions
     from dgn.sentence.finetune import is_end_to_end_model
 
@@ -83,10 +84,7 @@ def predict_file(
             raise DgnUserError(f"{name} must be a positive integer, got {value!r}")
     if compile not in ("auto", "on", "off"):
         raise DgnUserError(f"compile must be 'auto', 'on' or 'off', got {compile!r}")
-    if Path(output).is_dir():
-        raise DgnUserError(f"--output {output}: is a directory; expected a file name")
-    if not Path(output).parent.is_dir():
-        raise DgnUserError(f"--output {output}: directory {Path(output).parent} does not exist")
+    require_output_file(output, "--output")
     if is_end_to_end_model(model_dir):
         for option, value in (("--top-l", top_l), ("--rankers", rankers), ("--fusion", fusion)):
             if value is not None:
@@ -98,8 +96,7 @@ def predict_file(
     from dgn.model import load_model
     from dgn.pipeline import SelectionDataset, featurizer_for_model
 
-    model = load_model(model_dir)
-    model.eval()
+    model = load_model(model_dir)  # in eval mode
     extra = getattr(model, "extra", None) or {}
     stage = stage_from_options(top_l, rankers, fusion, (extra.get("featurizer") or {}).get("encoder_model"))
     if stage is None and extra.get("candidate_stage") is not None:

@@ -52,6 +52,8 @@ _STATE_FORMAT = "dgn-training-state"
 _STATE_VERSION = 1
 #: TrainConfig fields a resumed run may change (they only decide when to stop).
 RESUMABLE_CHANGES = ("epochs", "patience", "compile")
+#: The DGNConfig fields an encoder scorer reads (:func:`train_from_files`).
+SCORER_FIELDS = ("hidden_features", "encoded_features", "dropout")
 
 
 @dataclass(frozen=True)
@@ -743,17 +745,21 @@ def train_from_files(
         stage = None if saved["candidate_stage"] is None else CandidateStage.from_settings(saved["candidate_stage"])
         if candidate_stage is not None and (stage is None or candidate_stage.settings() != stage.settings()):
             raise DgnUserError("candidate stage: a resumed run keeps its own; leave it out")
-        if train is None:
+        if train is None:  # the run's own files
             train = saved.get("train")
+            if train is None or not Path(train).is_file():
+                raise DgnUserError(f"--train: the run's file {train} is gone; pass --train PATH")
         if dev is None:
             dev = saved.get("dev")
+            if dev is not None and not Path(dev).is_file():
+                raise DgnUserError(f"--dev: the run's file {dev} is gone; pass --dev PATH")
         elif saved.get("dev") is None:
             raise DgnUserError(f"--dev {dev}: the run being resumed had no --dev")
     model_type = model_type or "dgn"
     if model_type not in ("dgn", "encoder", "deep-encoder"):
         raise DgnUserError(f"model_type must be 'dgn', 'encoder' or 'deep-encoder', got {model_type!r}")
     if model_type != "dgn":
-        dgn_only = sorted(set(model_options) - {"hidden_features", "encoded_features", "dropout"})
+        dgn_only = sorted(set(model_options) - set(SCORER_FIELDS))
         if dgn_only:
             raise DgnUserError(f"model_options {', '.join(dgn_only)}: DGN settings; an encoder scorer reads "
                                "hidden_features, encoded_features and dropout")
@@ -776,10 +782,10 @@ def train_from_files(
         if path is not None and not Path(path).is_file():
             raise DgnUserError(f"{option} {path}: file not found")
     if saved is not None:
+        if len(train_files) > 1:
+            raise DgnUserError("--train: a resumed run reads the file it recorded; give one file")
         for path, key, option in ((train_files[0], "train", "--train"), (dev, "dev", "--dev")):
             digest = saved.get(f"{key}_sha256")
-            if len(train_files) > 1 and key == "train":
-                raise DgnUserError("--train: a resumed run reads the file it recorded; give one file")
             if path is not None and digest is not None and file_sha256(path) != digest:
                 raise DgnUserError(f"{option} {path}: not the file the run being resumed trained on (sha256 differs)")
     out = Path(output)
@@ -808,12 +814,12 @@ def train_from_files(
             cut_dev = out / "candidates-dev.jsonl"
             stage.cut_file(dev_path, cut_dev, progress=progress)
             dev_path = str(cut_dev)
-    if features is None:
+    if features is None and saved is None:
         # The best set the installed extras allow; word vectors the user names join it.
         features = default_feature_names()
         if vectors is not None and "wordvec" not in features:
             features = ("wordvec", *features)
-        if progress and saved is None:
+        if progress:
             print(f"features: {','.join(features)} (the default with the installed extras"
                   + (" and --vectors" if vectors is not None else "") + "; --features to choose)", flush=True)
     if saved is not None:

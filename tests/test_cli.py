@@ -267,13 +267,14 @@ def test_explain_text_and_png(ws: dict[str, Path], runs: dict[str, subprocess.Co
 
 def test_explain_matches_predict(ws: dict[str, Path], runs: dict[str, subprocess.CompletedProcess[str]]) -> None:
     """The library explanation picks what `dgn predict` writes, with the same gains."""
-    from dgn.commands._common import load_featurizer, load_model
     from dgn.data import read_predictions, read_problems
     from dgn.explain import explain_problem
+    from dgn.model import load_model
+    from dgn.pipeline import featurizer_for_model
 
     predicted = {p.id: p for p in read_predictions(ws["preds"])}
     model = load_model(str(ws["model"]))
-    featurizer = load_featurizer(
+    featurizer = featurizer_for_model(
         model, str(ws["model"]), vectors=None, cache_dir=ws["cache"], progress=False
     )
     from dgn.pipeline import SelectionDataset

@@ -189,10 +189,9 @@ def test_train_encoder_predict_and_finetune(
                  "--output", tmp_path / "p.jsonl", "--quiet"], monkeypatch, cache) == 0
     preds = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     # independent: the scorer's logits on the recorded features, sorted by hand
-    from dgn.commands._common import load_featurizer
-    from dgn.pipeline import SelectionDataset
+    from dgn.pipeline import SelectionDataset, featurizer_for_model
 
-    data = SelectionDataset(ws["dev"], load_featurizer(scorer, str(tmp_path / "enc"), vectors=None,
+    data = SelectionDataset(ws["dev"], featurizer_for_model(scorer, str(tmp_path / "enc"), vectors=None,
                                                        cache_dir=cache, progress=False))
     batch = next(iter(data.batches(len(data))))  # the scaled features predict sees
     logits = scorer(batch.features, batch.mask).logits

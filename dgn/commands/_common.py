@@ -6,13 +6,10 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
+from dgn._paths import require_file, require_output_file  # noqa: F401  (the commands' checks too)
 from dgn.errors import DgnUserError
-
-if TYPE_CHECKING:
-    from dgn.model import DGN
-    from dgn.pipeline import Featurizer
 
 T = TypeVar("T")
 
@@ -41,15 +38,6 @@ def build_config(factory: Callable[..., T], overrides: Mapping[str, Any], option
         raise DgnUserError(f"bad option value: {message}") from None
 
 
-def require_file(path: str | os.PathLike[str], option: str) -> None:
-    """An existing regular file, else a user error naming the option and the path."""
-    p = Path(path)
-    if not p.exists():
-        raise DgnUserError(f"{option} {path}: file not found")
-    if not p.is_file():
-        raise DgnUserError(f"{option} {path}: not a file" + (" (a directory)" if p.is_dir() else ""))
-
-
 def require_dir(path: str | os.PathLike[str], option: str, what: str = "directory") -> None:
     """An existing directory, else a user error naming the option and the path."""
     p = Path(path)
@@ -57,18 +45,6 @@ def require_dir(path: str | os.PathLike[str], option: str, what: str = "director
         raise DgnUserError(f"{option} {path}: {what} not found")
     if not p.is_dir():
         raise DgnUserError(f"{option} {path}: not a directory")
-
-
-def require_output_file(path: str | os.PathLike[str], option: str) -> None:
-    """A file name that can be written: not a directory, in a directory that exists.
-
-    Checked before any slow step, so a typo in the output path fails at once.
-    """
-    p = Path(path)
-    if p.is_dir():
-        raise DgnUserError(f"{option} {path}: is a directory; expected a file name")
-    if not p.parent.is_dir():
-        raise DgnUserError(f"{option} {path}: directory {p.parent} does not exist")
 
 
 def require_output_dir(path: str | os.PathLike[str] | None, option: str) -> None:
@@ -97,38 +73,6 @@ def validate_problems(path: str | os.PathLike[str], option: str) -> None:
     require_file(path, option)
     for _ in read_problems(path):
         pass
-
-
-def load_model(directory: str, *, dgn_only: bool = False, purpose: str = "") -> Any:
-    """A saved model (a DGN or an encoder scorer), in eval mode.
-
-    Args:
-        directory: The model directory.
-        dgn_only: Refuse an encoder scorer's checkpoint with a one-line error.
-        purpose: What needs a DGN (for that error).
-    """
-    from dgn.model import DGN
-    from dgn.model import load_model as load_any
-
-    require_dir(directory, "--model", "model directory")
-    model = load_any(directory)
-    if dgn_only and not isinstance(model, DGN):
-        raise DgnUserError(f"--model {directory}: an encoder scorer's checkpoint; {purpose or 'this needs a DGN'}")
-    return model
-
-
-def load_featurizer(
-    model: DGN,
-    model_dir: str,
-    *,
-    vectors: str | None,
-    cache_dir: str | os.PathLike[str] | None,
-    progress: bool,
-) -> Featurizer:
-    """The featurizer recorded in a checkpoint: :func:`dgn.pipeline.featurizer_for_model`."""
-    from dgn.pipeline import featurizer_for_model
-
-    return featurizer_for_model(model, model_dir, vectors=vectors, cache_dir=cache_dir, progress=progress)
 
 
 def format_metrics(results: Mapping[str, float], names: tuple[str, ...] = ("recall", "precision", "f1", "strict")) -> str:

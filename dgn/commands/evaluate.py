@@ -8,8 +8,6 @@ from typing import Any
 
 __all__ = ["register"]
 
-_NAMES = ("recall", "precision", "f1", "strict")
-
 
 def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p = sub.add_parser(
@@ -78,7 +76,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     import json
 
     from dgn.commands._common import format_metrics, require_file
-    from dgn.metrics.files import DEFAULT_KS, evaluate_files
+    from dgn.metrics.files import DEFAULT_KS, DEFAULT_NAMES, evaluate_files
 
     require_file(args.predictions, "--predictions")
     require_file(args.data, "--data")
@@ -103,7 +101,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         return 0
     else:
         print(f"{title}: {results['count']} problems with gold")
-        print(format_metrics(results, _NAMES))
+        print(format_metrics(results, DEFAULT_NAMES))
     if results["missing"]:
         print(f"{results['missing']} problems had no prediction (scored as empty rankings)")
     return 0

@@ -48,14 +48,13 @@ def _predict(args: argparse.Namespace) -> int:
         require_dir,
         require_file,
         require_output_dir,
-        require_output_file,
         validate_problems,
     )
     from dgn.predict import predict_file
 
-    # Everything that can be checked without torch, the model or the vectors, first.
+    # Everything that can be checked without torch, the model or the vectors, first
+    # (predict_file checks --output before it loads the model).
     require_dir(args.model, "--model", "model directory")
-    require_output_file(args.output, "--output")
     require_output_dir(args.cache_dir, "--cache-dir")
     if args.vectors is not None:
         require_file(args.vectors, "--vectors")

@@ -26,8 +26,6 @@ MODEL_OPTIONS = {
 }
 #: --model-type choices.
 MODEL_TYPES = ("dgn", "encoder", "deep-encoder")
-#: DGNConfig fields an encoder scorer reads.
-_SCORER_FIELDS = ("hidden_features", "encoded_features", "dropout")
 #: TrainConfig field -> option.
 TRAIN_OPTIONS = {
     "epochs": "--epochs",
@@ -206,7 +204,7 @@ def _train(args: argparse.Namespace) -> int:
     from dgn.commands._common import build_config, format_metrics
     from dgn.errors import DgnUserError
     from dgn.model import DGNConfig
-    from dgn.train import TrainConfig
+    from dgn.train import SCORER_FIELDS, TrainConfig
 
     end_to_end_default = _end_to_end_by_default(args)
     if distributed.process_group():  # started by torchrun with WORLD_SIZE > 1
@@ -252,7 +250,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.model_type not in (None, "dgn"):
         if saved is not None:
             raise DgnUserError("--model-type: the model of a resumed run cannot change; leave it out")
-        dgn_only = [MODEL_OPTIONS[k] for k in model_over if k not in _SCORER_FIELDS and k != "deep"]
+        dgn_only = [MODEL_OPTIONS[k] for k in model_over if k not in SCORER_FIELDS and k != "deep"]
         if dgn_only:
             raise DgnUserError(f"{', '.join(dgn_only)}: DGN options; not used with --model-type {args.model_type}")
         if "deep" in model_over:
@@ -376,13 +374,6 @@ def _require_inputs(args: argparse.Namespace) -> list[str]:
     return train_files
 
 
-def _sha256(path: str) -> str:
-    """The file's SHA-256, memoised with the feature cache's (which hashes it too)."""
-    from dgn.features.cache import file_sha256
-
-    return file_sha256(path)
-
-
 def _candidate_stage(args: argparse.Namespace, saved: dict[str, Any] | None) -> Any:
     """The candidate stage of ``--top-l``/``--rankers``/``--fusion`` (a resumed run: its own)."""
     from dgn.commands._common import candidate_stage_from_options
@@ -402,10 +393,11 @@ def _candidate_stage(args: argparse.Namespace, saved: dict[str, Any] | None) -> 
 def _resume_settings(
     args: argparse.Namespace, model_over: dict[str, Any], train_over: dict[str, Any], ft_over: dict[str, Any]
 ) -> dict[str, Any]:
-    """Check ``--resume DIR`` against the other options; fill in what the saved run used.
+    """Check ``--resume DIR`` against the other options; set ``args.output`` to it.
 
-    Returns the saved run's settings (:func:`dgn.train.read_run_settings`) and sets
-    ``args.train``, ``args.dev`` and ``args.output`` where they were left out.
+    Returns the saved run's settings (:func:`dgn.train.read_run_settings`);
+    :func:`dgn.train.train_from_files` takes the run's own training and dev files where
+    ``--train`` and ``--dev`` are left out, and checks given ones against them.
     """
     from pathlib import Path
 
@@ -430,18 +422,4 @@ def _resume_settings(
                 f"{TRAIN_OPTIONS[name]} {value}: the run being resumed used {before!r}; "
                 f"only {', '.join(TRAIN_OPTIONS[n] for n in RESUMABLE_CHANGES)} may change"
             )
-    for option, key in (("--train", "train"), ("--dev", "dev")):
-        given = getattr(args, key)
-        recorded, digest = saved[key], saved[f"{key}_sha256"]
-        if given is None:
-            if key == "dev" and recorded is None:
-                continue
-            if recorded is None or not Path(recorded).is_file():
-                raise DgnUserError(f"{option}: the run's file {recorded} is gone; pass {option} PATH")
-            setattr(args, key, recorded)
-            given = recorded
-        elif recorded is None:
-            raise DgnUserError(f"{option} {given}: the run being resumed had no {option}")
-        if Path(given).is_file() and digest is not None and _sha256(given) != digest:
-            raise DgnUserError(f"{option} {given}: not the file the run being resumed trained on (sha256 differs)")
     return saved

@@ -7,10 +7,12 @@ import os
 
 from dgn.metrics.fever import FEVER_MAX_EVIDENCE, NOT_ENOUGH_INFO
 
-__all__ = ["evaluate_files", "DEFAULT_KS", "FEVER_MAX_EVIDENCE", "NOT_ENOUGH_INFO"]
+__all__ = ["evaluate_files", "DEFAULT_KS", "DEFAULT_NAMES", "FEVER_MAX_EVIDENCE", "NOT_ENOUGH_INFO"]
 
 #: The default cutoffs: the paper's table's.
 DEFAULT_KS = (1, 3, 5, 7)
+#: The default metrics at each cutoff.
+DEFAULT_NAMES = ("recall", "precision", "f1", "strict")
 
 
 def evaluate_files(
@@ -79,7 +81,7 @@ def evaluate_files(
             parsed.setdefault(metric.spec, metric)
         acc = SelectionMetrics._of(tuple(parsed.values()), **settings)
     else:
-        acc = SelectionMetrics(ks=tuple(ks), names=("recall", "precision", "f1", "strict"), **settings)
+        acc = SelectionMetrics(ks=tuple(ks), names=DEFAULT_NAMES, **settings)
     missing = 0
     seen: set[str] = set()
     for problem in read_problems(data):
