@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dgn._choices import COMPILE_MODES, one_of
 from dgn.errors import DgnUserError
 
 if TYPE_CHECKING:
@@ -82,8 +83,8 @@ def predict_file(
     for name, value in (("k", k), ("batch_size", batch_size)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise DgnUserError(f"{name} must be a positive integer, got {value!r}")
-    if compile not in ("auto", "on", "off"):
-        raise DgnUserError(f"compile must be 'auto', 'on' or 'off', got {compile!r}")
+    if compile not in COMPILE_MODES:
+        raise DgnUserError(f"compile must be {one_of(COMPILE_MODES)}, got {compile!r}")
     require_output_file(output, "--output")
     if is_end_to_end_model(model_dir):
         for option, value in (("--top-l", top_l), ("--rankers", rankers), ("--fusion", fusion)):

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from dgn._choices import MODEL_TYPES, one_of
 from dgn._memory import retain_freed_memory
 from dgn._progress import bars
 from dgn.baselines import EncoderScorer
@@ -756,8 +757,8 @@ def train_from_files(
         elif saved.get("dev") is None:
             raise DgnUserError(f"--dev {dev}: the run being resumed had no --dev")
     model_type = model_type or "dgn"
-    if model_type not in ("dgn", "encoder", "deep-encoder"):
-        raise DgnUserError(f"model_type must be 'dgn', 'encoder' or 'deep-encoder', got {model_type!r}")
+    if model_type not in MODEL_TYPES:
+        raise DgnUserError(f"model_type must be {one_of(MODEL_TYPES)}, got {model_type!r}")
     if model_type != "dgn":
         dgn_only = sorted(set(model_options) - set(SCORER_FIELDS))
         if dgn_only:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dgn._choices import CANDIDATE_FUSIONS
 from dgn._paths import require_file, require_output_file  # noqa: F401  (the commands' checks too)
 from dgn.errors import DgnUserError
 
@@ -94,7 +95,7 @@ def add_candidate_stage_options(p: Any, types: Mapping[str, Any], top_l_help: st
     p.add_argument("--rankers", default=None,
                    help="with --top-l: comma list of the candidate stage's rankers, from tfidf, bm25, "
                    "sentence (default: bm25)")
-    p.add_argument("--fusion", default=None, choices=("rrf", "combsum", "combmnz", "borda", "fg", "fv"),
+    p.add_argument("--fusion", default=None, choices=CANDIDATE_FUSIONS,
                    help="with --top-l: how the rankers' lists are fused (default: rrf)")
 
 

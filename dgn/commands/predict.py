@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from dgn._choices import COMPILE_MODES
 from dgn.predict import COMPILE_MIN_PROBLEMS
 
 __all__ = ["register"]
@@ -35,7 +36,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         "cut each problem to its L best candidates by the candidate stage first "
         "(default: the stage the model was trained with, if any)",
     )
-    p.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
+    p.add_argument("--compile", choices=COMPILE_MODES, default="auto",
                    help="DGN only: hard greedy with the compiled SCMM kernel (same picks up to rounding ties, "
                    "about 6x faster per batch, but the first batch compiles it for seconds and it needs a "
                    f"C++ compiler); auto: on for at least {COMPILE_MIN_PROBLEMS:,} problems (default: auto)")

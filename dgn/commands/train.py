@@ -10,6 +10,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from dgn._choices import MODEL_TYPES
+
 __all__ = ["register", "MODEL_OPTIONS", "TRAIN_OPTIONS"]
 
 #: DGNConfig field -> option.
@@ -24,8 +26,6 @@ MODEL_OPTIONS = {
     "dropout": "--dropout",
     "modular": "--no-modular",
 }
-#: --model-type choices.
-MODEL_TYPES = ("dgn", "encoder", "deep-encoder")
 #: TrainConfig field -> option.
 TRAIN_OPTIONS = {
     "epochs": "--epochs",

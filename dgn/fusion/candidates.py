@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
+from dgn._choices import CANDIDATE_FUSIONS
 from dgn.errors import DgnUserError
 
 __all__ = ["CANDIDATE_RANKERS", "CANDIDATE_FUSIONS", "CandidateStage", "parse_rankers", "stage_from_options"]
 
 CANDIDATE_RANKERS: tuple[str, ...] = ("tfidf", "bm25", "sentence")
-CANDIDATE_FUSIONS: tuple[str, ...] = ("rrf", "combsum", "combmnz", "borda", "fg", "fv")
 #: How many of each candidate's own neighbours its lists hold for ``fg``/``fv``.
 GRAPH_L = 10
 
