@@ -1,10 +1,12 @@
 """Checks of file paths given to the library and the commands, each a one-line user error
-naming the option (or argument) and the path. Imports nothing heavy: the command line
-runs them before torch is loaded."""
+naming the option (or argument) and the path, and the training functions' shared handling
+of their input files and model directory. Imports nothing heavy: the command line runs
+the checks before torch is loaded."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from dgn.errors import DgnUserError
@@ -29,3 +31,41 @@ def require_output_file(path: str | os.PathLike[str], option: str) -> None:
         raise DgnUserError(f"{option} {path}: is a directory; expected a file name")
     if not p.parent.is_dir():
         raise DgnUserError(f"{option} {path}: directory {p.parent} does not exist")
+
+
+def train_file_list(
+    train: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], dev: str | os.PathLike[str] | None
+) -> list[str | os.PathLike[str]]:
+    """``train`` as a list of paths, each (and ``dev``) checked to be a file."""
+    train_files = [train] if isinstance(train, (str, os.PathLike)) else list(train)
+    if not train_files:
+        raise DgnUserError("--train: no file given")
+    for path, option in [*((t, "--train") for t in train_files), (dev, "--dev")]:
+        if path is not None:
+            require_file(path, option)
+    return train_files
+
+
+def model_directory(output: str | os.PathLike[str]) -> Path:
+    """``output``, created if need be (a one-line user error where it cannot be)."""
+    out = Path(output)
+    if out.exists() and not out.is_dir():
+        raise DgnUserError(f"--output {out}: not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DgnUserError(f"cannot create the model directory {out}: {exc.strerror or exc}") from None
+    return out
+
+
+def one_train_file(train_files: Sequence[str | os.PathLike[str]], out: Path, progress: bool) -> str:
+    """The one training file: ``train_files[0]``, or several joined into ``out/train-combined.jsonl``."""
+    from dgn.data import concat_problem_files
+
+    if len(train_files) == 1:
+        return str(train_files[0])
+    train_path = str(out / "train-combined.jsonl")
+    concat_problem_files([str(t) for t in train_files], train_path)
+    if progress:
+        print(f"training on {len(train_files)} files together: {train_path}", flush=True)
+    return train_path

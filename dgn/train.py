@@ -22,6 +22,7 @@ from torch.nn import functional as F
 
 from dgn._choices import MODEL_TYPES, one_of
 from dgn._memory import retain_freed_memory
+from dgn._paths import model_directory, one_train_file, train_file_list
 from dgn._progress import bars
 from dgn.baselines import EncoderScorer
 from dgn.errors import DgnUserError, one_line
@@ -715,7 +716,7 @@ def train_from_files(
     from dataclasses import replace
 
     from dgn import distributed
-    from dgn.data import atomic_write, concat_problem_files, read_problems
+    from dgn.data import atomic_write, read_problems
     from dgn.data.io import json_ready
     from dgn.features.cache import file_sha256
     from dgn.features.family import default_feature_names, parse_feature_names
@@ -771,17 +772,12 @@ def train_from_files(
     config = config or TrainConfig()
     if train is None:
         raise DgnUserError("--train: required (the run being resumed recorded none)")
-    train_files = [train] if isinstance(train, (str, os.PathLike)) else list(train)
-    if not train_files:
-        raise DgnUserError("--train: no file given")
+    train_files = train_file_list(train, dev)
     if world > 1:
         given = [o for o, v in (("several --train files", len(train_files) > 1),
                                 ("--top-l", stage is not None and saved is None)) if v]
         if given:
             raise DgnUserError(f"{', '.join(given)}: not supported under torchrun yet; run one process")
-    for path, option in [*((t, "--train") for t in train_files), (dev, "--dev")]:
-        if path is not None and not Path(path).is_file():
-            raise DgnUserError(f"{option} {path}: file not found")
     if saved is not None:
         if len(train_files) > 1:
             raise DgnUserError("--train: a resumed run reads the file it recorded; give one file")
@@ -789,21 +785,8 @@ def train_from_files(
             digest = saved.get(f"{key}_sha256")
             if path is not None and digest is not None and file_sha256(path) != digest:
                 raise DgnUserError(f"{option} {path}: not the file the run being resumed trained on (sha256 differs)")
-    out = Path(output)
-    if out.exists() and not out.is_dir():
-        raise DgnUserError(f"--output {out}: not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DgnUserError(f"cannot create the model directory {out}: {exc.strerror or exc}") from None
-
-    if len(train_files) > 1:
-        train_path = str(out / "train-combined.jsonl")
-        concat_problem_files([str(t) for t in train_files], train_path)
-        if progress:
-            print(f"training on {len(train_files)} files together: {train_path}", flush=True)
-    else:
-        train_path = str(train_files[0])
+    out = model_directory(output)
+    train_path = one_train_file(train_files, out, progress)
     dev_path = None if dev is None else str(dev)
     if stage is not None and saved is None:
         if progress:

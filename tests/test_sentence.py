@@ -171,3 +171,42 @@ def test_load_explainable_reads_either_kind_of_checkpoint(encoder, tmp_path):
         assert [step.pick.index for step in expl.steps] == list(ranking), problem.id
     with pytest.raises(DgnUserError, match="listwise head, not a DGN"):
         load_explainable(tmp_path / "listwise")
+
+
+def test_train_end_to_end_joins_several_files_and_checks_its_arguments_first(tmp_path):
+    """Two training files give the run on one file holding both (same seed, same weights);
+    a missing file, a bad head or an output path that is a file fail before anything is
+    written."""
+    from dgn.data import write_problems
+    from dgn.sentence import train_end_to_end
+    from dgn.sentence.finetune import _HEAD_CONFIG
+
+    first, second, both = tmp_path / "first.jsonl", tmp_path / "second.jsonl", tmp_path / "both.jsonl"
+    write_problems(first, PROBLEMS[:2])
+    write_problems(second, PROBLEMS[2:])
+    write_problems(both, PROBLEMS)
+    cfg = FinetuneConfig(epochs=1, claims_per_step=2, warmup=0.0, top_l=None)
+    joined = train_end_to_end([first, second], None, tmp_path / "joined", config=cfg, progress=False)
+    single = train_end_to_end(both, None, tmp_path / "single", config=cfg, progress=False)
+    assert (tmp_path / "joined" / "train-combined.jsonl").read_text() == both.read_text()
+    assert joined.history[0]["train_loss"] == single.history[0]["train_loss"]
+    a = EndToEndSelector.from_pretrained(tmp_path / "joined").state_dict()
+    b = EndToEndSelector.from_pretrained(tmp_path / "single").state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (tmp_path / "joined" / _HEAD_CONFIG).is_file()
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for kwargs, message in (
+        ({"train": tmp_path / "gone.jsonl", "output": tmp_path / "o1"}, "--train .*gone.jsonl: file not found"),
+        ({"train": both, "dev": tmp_path / "gone.jsonl", "output": tmp_path / "o2"}, "--dev .*: file not found"),
+        ({"train": [], "output": tmp_path / "o3"}, "--train: no file given"),
+        ({"train": both, "output": tmp_path / "o4", "head": "bogus"}, "head must be 'dgn' or 'listwise'"),
+        ({"train": both, "output": a_file}, "not a directory"),
+    ):
+        kwargs = {"dev": None, **kwargs}
+        with pytest.raises(DgnUserError, match=message):
+            train_end_to_end(kwargs.pop("train"), kwargs.pop("dev"), kwargs.pop("output"), config=cfg,
+                             progress=False, **kwargs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["first.jsonl", "second.jsonl", "both.jsonl", "joined", "single", "a-file"])

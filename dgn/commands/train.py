@@ -320,10 +320,11 @@ def _finetune(
     unused += [FASTTEXT_OPTIONS[k] for k in ft_over] + (["--vectors"] if args.vectors is not None else [])
     if unused:
         raise DgnUserError(f"{', '.join(unused)}: not used {mode}")
-    train_files = _require_inputs(args)
+    from dgn._paths import train_file_list
+
+    train_file_list(args.train, args.dev)  # checked again by the library, but before the notice below
     require_output_dir(args.output, "--output")
 
-    from dgn.data import concat_problem_files
     from dgn.sentence import DEFAULT_MODEL, FinetuneConfig, resolve_model_path, train_end_to_end
 
     resolve_model_path(args.encoder_model)
@@ -342,14 +343,8 @@ def _finetune(
               + (f", candidates cut to the {config.top_l} BM25-best" if config.top_l else "")
               + " (the default with the 'encoders' extra; --features NAMES trains on "
               "frozen feature blocks instead)", flush=True)
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
-    train = train_files[0]
-    if len(train_files) > 1:
-        train = str(out / "train-combined.jsonl")
-        concat_problem_files(train_files, train)
     result = train_end_to_end(
-        train, args.dev, out, config=config, encoder_model=args.encoder_model, lexical="lexical" in names,
+        args.train, args.dev, args.output, config=config, encoder_model=args.encoder_model, lexical="lexical" in names,
         progress=not args.quiet,
     )
     from dgn.commands._common import format_metrics
@@ -357,21 +352,8 @@ def _finetune(
     if result.best_metrics:
         print(f"best epoch {result.best_epoch} of {len(result.history)} (dev mean recall {result.best_score:.4f}):")
         print(format_metrics(result.best_metrics))
-    print(f"model saved to {out} ({result.seconds:.1f} s, {result.seconds_per_epoch:.1f} s per epoch of training)")
+    print(f"model saved to {Path(args.output)} ({result.seconds:.1f} s, {result.seconds_per_epoch:.1f} s per epoch of training)")
     return 0
-
-
-def _require_inputs(args: argparse.Namespace) -> list[str]:
-    """The ``--train`` files as a list, each checked to exist, and ``--dev`` too."""
-    from pathlib import Path
-
-    from dgn.errors import DgnUserError
-
-    train_files = args.train if isinstance(args.train, list) else [args.train]
-    for path, option in [*((t, "--train") for t in train_files), (args.dev, "--dev")]:
-        if path is not None and not Path(path).is_file():
-            raise DgnUserError(f"{option} {path}: file not found")
-    return train_files
 
 
 def _candidate_stage(args: argparse.Namespace, saved: dict[str, Any] | None) -> Any:

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from dgn._paths import model_directory, one_train_file, train_file_list
 from dgn.errors import DgnUserError
 from dgn.features.lexical import LEXICAL_FEATURES, lexical_features
 from dgn.model import DGN, DGNConfig
@@ -48,6 +49,7 @@ from dgn.sentence.encoder import (
     encode_texts,
     load_sentence_model,
     pair_features,
+    resolve_model_path,
 )
 from dgn.train import TrainResult
 
@@ -568,7 +570,7 @@ def finetune(
 
 
 def train_end_to_end(
-    train: str | os.PathLike[str],
+    train: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     dev: str | os.PathLike[str] | None,
     output: str | os.PathLike[str],
     *,
@@ -584,15 +586,27 @@ def train_end_to_end(
     (:meth:`EndToEndSelector.save_pretrained`: the encoder in the sentence-transformers
     layout with safetensors weights, the head, ``selector.json``) and ``train_history.json``.
     ``lexical``: the head reads the lexical match features too (``--features sentence,lexical``).
+    ``train`` may name several files: they are joined into ``output/train-combined.jsonl``
+    (problem ids must not repeat across them), as :func:`dgn.train.train_from_files` does.
+
+    Raises:
+        DgnUserError: A training or dev file that is not there, an output path that is not
+            a directory, an unknown ``head`` or an encoder model that is not installed;
+            checked before anything is written.
+        DataError: A malformed problem (file, line and field).
     """
     import resource
 
     from dgn.data import atomic_write, read_problems
     from dgn.data.io import json_ready
 
+    if head not in HEADS:
+        raise DgnUserError(f"head must be {' or '.join(map(repr, HEADS))}, got {head!r}")
+    train_files = train_file_list(train, dev)
+    resolve_model_path(encoder_model)
     cfg = config or FinetuneConfig()
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
+    out = model_directory(output)
+    train = one_train_file(train_files, out, progress)
     train_problems = list(read_problems(train))
     dev_problems = None if dev is None else list(read_problems(dev))
     if dev_problems is not None and not any(any(p.gold) for p in dev_problems):
