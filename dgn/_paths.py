@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dgn.errors import DgnUserError
 
@@ -58,14 +59,20 @@ def model_directory(output: str | os.PathLike[str]) -> Path:
     return out
 
 
-def one_train_file(train_files: Sequence[str | os.PathLike[str]], out: Path, progress: bool) -> str:
-    """The one training file: ``train_files[0]``, or several joined into ``out/train-combined.jsonl``."""
-    from dgn.data import concat_problem_files
+def one_train_file(
+    train_files: Sequence[str | os.PathLike[str]], out: Path, progress: bool, problems: Sequence[Any] | None = None
+) -> str:
+    """The one training file: ``train_files[0]``, or several joined into ``out/train-combined.jsonl``
+    (from ``problems`` where the caller has read them already)."""
+    from dgn.data import concat_problem_files, write_problems
 
     if len(train_files) == 1:
         return str(train_files[0])
     train_path = str(out / "train-combined.jsonl")
-    concat_problem_files([str(t) for t in train_files], train_path)
+    if problems is None:
+        concat_problem_files([str(t) for t in train_files], train_path)
+    else:
+        write_problems(train_path, problems)
     if progress:
         print(f"training on {len(train_files)} files together: {train_path}", flush=True)
     return train_path

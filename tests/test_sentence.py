@@ -175,9 +175,10 @@ def test_load_explainable_reads_either_kind_of_checkpoint(encoder, tmp_path):
 
 def test_train_end_to_end_joins_several_files_and_checks_its_arguments_first(tmp_path):
     """Two training files give the run on one file holding both (same seed, same weights);
-    a missing file, a bad head or an output path that is a file fail before anything is
-    written."""
+    a missing file, a bad head, an output path that is a file, a dev file without gold and
+    an id in two training files fail before anything is written."""
     from dgn.data import write_problems
+    from dgn.errors import DataError
     from dgn.sentence import train_end_to_end
     from dgn.sentence.finetune import _HEAD_CONFIG
 
@@ -197,16 +198,20 @@ def test_train_end_to_end_joins_several_files_and_checks_its_arguments_first(tmp
 
     a_file = tmp_path / "a-file"
     a_file.write_text("")
+    no_gold = tmp_path / "no-gold.jsonl"
+    write_problems(no_gold, [Problem("n", "q", ["a", "b"], [])])
     for kwargs, message in (
         ({"train": tmp_path / "gone.jsonl", "output": tmp_path / "o1"}, "--train .*gone.jsonl: file not found"),
         ({"train": both, "dev": tmp_path / "gone.jsonl", "output": tmp_path / "o2"}, "--dev .*: file not found"),
         ({"train": [], "output": tmp_path / "o3"}, "--train: no file given"),
         ({"train": both, "output": tmp_path / "o4", "head": "bogus"}, "head must be 'dgn' or 'listwise'"),
         ({"train": both, "output": a_file}, "not a directory"),
+        ({"train": [first, second], "dev": no_gold, "output": tmp_path / "o5"}, "no problem has gold"),
+        ({"train": [first, both], "output": tmp_path / "o6"}, "also occurs in"),
     ):
         kwargs = {"dev": None, **kwargs}
-        with pytest.raises(DgnUserError, match=message):
+        with pytest.raises((DgnUserError, DataError), match=message):
             train_end_to_end(kwargs.pop("train"), kwargs.pop("dev"), kwargs.pop("output"), config=cfg,
                              progress=False, **kwargs)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["first.jsonl", "second.jsonl", "both.jsonl", "joined", "single", "a-file"])
+        ["first.jsonl", "second.jsonl", "both.jsonl", "joined", "single", "a-file", "no-gold.jsonl"])

@@ -46,6 +46,7 @@ __all__ = [
     "read_predictions",
     "write_predictions",
     "concat_problem_files",
+    "join_problem_files",
 ]
 
 _PROBLEM_FIELDS = ("id", "query", "candidates", "gold", "relevance", "meta")
@@ -592,6 +593,21 @@ def write_predictions(path: str | os.PathLike[str], predictions: Iterable[Predic
     return _write_records(path, predictions, Prediction)
 
 
+def join_problem_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[Problem]:
+    """The problems of several selection files, in order, each id once across them.
+
+    Raises:
+        DataError: A problem id occurs in two files (naming both), or a bad line.
+    """
+    seen: dict[str, str] = {}
+    for path in paths:
+        for p in read_problems(path):
+            if p.id in seen:
+                raise DataError(f"problem id {p.id!r} also occurs in {seen[p.id]}", path=str(path))
+            seen[p.id] = str(path)
+            yield p
+
+
 def concat_problem_files(paths: Iterable[str | os.PathLike[str]], target: str | os.PathLike[str]) -> int:
     """Write the problems of several selection files, in order, into one file (atomically).
 
@@ -603,14 +619,4 @@ def concat_problem_files(paths: Iterable[str | os.PathLike[str]], target: str | 
     Raises:
         DataError: A problem id occurs in two files (naming both), or a bad line.
     """
-    seen: dict[str, str] = {}
-
-    def problems() -> Iterator[Problem]:
-        for path in paths:
-            for p in read_problems(path):
-                if p.id in seen:
-                    raise DataError(f"problem id {p.id!r} also occurs in {seen[p.id]}", path=str(path))
-                seen[p.id] = str(path)
-                yield p
-
-    return write_problems(target, problems())
+    return write_problems(target, join_problem_files(paths))

@@ -591,13 +591,16 @@ def train_end_to_end(
 
     Raises:
         DgnUserError: A training or dev file that is not there, an output path that is not
-            a directory, an unknown ``head`` or an encoder model that is not installed;
-            checked before anything is written.
-        DataError: A malformed problem (file, line and field).
+            a directory, an unknown ``head``, an encoder model that is not installed, or a
+            dev file without gold evidence.
+        DataError: A malformed problem (file, line and field), or a problem id in two
+            training files.
+
+    Every check, the files read in full included, comes before anything is written.
     """
     import resource
 
-    from dgn.data import atomic_write, read_problems
+    from dgn.data import atomic_write, join_problem_files, read_problems
     from dgn.data.io import json_ready
 
     if head not in HEADS:
@@ -605,12 +608,12 @@ def train_end_to_end(
     train_files = train_file_list(train, dev)
     resolve_model_path(encoder_model)
     cfg = config or FinetuneConfig()
-    out = model_directory(output)
-    train = one_train_file(train_files, out, progress)
-    train_problems = list(read_problems(train))
+    train_problems = list(join_problem_files(train_files))
     dev_problems = None if dev is None else list(read_problems(dev))
     if dev_problems is not None and not any(any(p.gold) for p in dev_problems):
         raise DgnUserError(f"--dev {dev}: no problem has gold evidence; cannot select epochs")
+    out = model_directory(output)
+    train = one_train_file(train_files, out, progress, problems=train_problems)
     torch.manual_seed(cfg.seed)
     model = EndToEndSelector(load_sentence_model(encoder_model), head, lexical=lexical)
     if progress:
