@@ -21,7 +21,7 @@ SECTIONS = [
                                 "evaluate_rankings", "fever_score", "format_table", "evaluate_files"]),
     ("Data", "dgn.data", ["Problem", "Prediction", "read_problems", "write_problems", "read_predictions",
                           "write_predictions", "convert", "ADAPTERS", "DATASETS", "locate", "download",
-                          "WikiStore", "atomic_write", "concat_problem_files"]),
+                          "WikiStore", "atomic_write", "concat_problem_files", "join_problem_files"]),
     ("", "dgn.data.registry", ["recorded_sha256", "fever_store_path"]),
     ("Features", "dgn.features", ["tokenize", "WordVectors", "embed_texts", "train_fasttext_vectors",
                                   "claim_sentence_features", "cosine_scores", "TfidfScorer", "FeatureCache",
