@@ -127,32 +127,12 @@ def predict_dataset(
 ) -> Iterator[Prediction]:
     """Stream one :class:`~dgn.data.Prediction` per problem: the first ``k`` greedy picks
     of :func:`dgn.train.rank` with their marginal gains as scores (for an encoder scorer:
-    its ``k`` best candidates with their logits)."""
-    import torch
-
+    its ``k`` best candidates with their logits), from :func:`dgn.train.ranked`."""
     from dgn.data import Prediction
-    from dgn.model import DGN
+    from dgn.train import ranked
 
-    if not isinstance(model, DGN):
-        yield from _scorer_predictions(model, data, k, batch_size)
-        return
-
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for batch in data.batches(batch_size):
-                out = _forward(model, batch, k)
-                for i, picks, gains, valid in zip(
-                    batch.index.tolist(), out.indices.tolist(), out.gains.tolist(), out.valid.tolist(),
-                    strict=True,
-                ):
-                    keep = [j for j, ok in enumerate(valid) if ok and picks[j] >= 0]
-                    yield Prediction(
-                        data.infos[i].id, [picks[j] for j in keep], [float(gains[j]) for j in keep]
-                    )
-    finally:
-        model.train(was_training)
+    for i, picks, scores in ranked(model, data, k, batch_size, forward=_forward):
+        yield Prediction(data.infos[i].id, picks, scores)
 
 
 def _forward(model: DGN, batch: Any, k: int) -> Any:
@@ -169,26 +149,6 @@ def _forward(model: DGN, batch: Any, k: int) -> Any:
             f"--compile: the compiled greedy kernel could not be built ({type(error).__name__}: {first}); "
             "use --compile off"
         ) from None
-
-
-def _scorer_predictions(model: Any, data: SelectionDataset, k: int, batch_size: int) -> Iterator[Prediction]:
-    import torch
-
-    from dgn.data import Prediction
-
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            for batch in data.batches(batch_size):
-                logits = model(batch.features, batch.mask).logits
-                order = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :k]
-                for i, row, scores in zip(batch.index.tolist(), order.tolist(), logits.tolist(), strict=True):
-                    n = data.infos[i].num_candidates
-                    picks = [j for j in row if j < n]
-                    yield Prediction(data.infos[i].id, picks, [float(scores[j]) for j in picks])
-    finally:
-        model.train(was_training)
 
 
 def _restore_indices(predictions: Iterator[Prediction], ids: list[str], kept: list[list[int]]) -> Iterator[Prediction]:

@@ -39,6 +39,7 @@ __all__ = [
     "load_training_state",
     "LOSSES",
     "training_loss",
+    "ranked",
     "make_optimizer",
     "clip_gradients",
     "train_from_files",
@@ -250,24 +251,42 @@ def rank(model: Model, data: SelectionDataset, k: int, batch_size: int = 64) -> 
     The DGN runs exact hard greedy on its learned objective (``eval()`` mode); the encoder
     scorers rank by score. Problems with fewer than ``k`` candidates get shorter lists.
     """
+    return [picks for _, picks, _ in ranked(model, data, k, batch_size)]
+
+
+def ranked(
+    model: Model,
+    data: SelectionDataset,
+    k: int,
+    batch_size: int = 64,
+    forward: Callable[[DGN, Batch, int], Any] | None = None,
+) -> Iterator[tuple[int, list[int], list[float]]]:
+    """Stream :func:`rank`'s picks with their scores: ``(i, picks, scores)`` for the ``i``-th
+    problem of ``data``, in file order. A DGN's scores are the picks' marginal gains; an
+    encoder scorer's, their logits. ``forward(model, batch, k)`` replaces the DGN's call
+    ``model(batch.features, batch.mask, steps=k)`` (:func:`dgn.predict.predict_dataset`
+    turns a compiled kernel's build failure into a user error there)."""
     was_training = model.training
     model.eval()
-    rankings: list[list[int]] = []
     try:
-        for batch in data.batches(batch_size):
-            batch = _on_model_device(model, batch)
-            if isinstance(model, DGN):
-                picks = model(batch.features, batch.mask, steps=k).indices
-            else:
-                scores = model(batch.features, batch.mask).logits
-                kk = min(k, scores.shape[1])
-                # stable descending sort: ties keep the lower index first
-                order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :kk]
-                picks = torch.where(batch.mask.gather(1, order), order, torch.full_like(order, -1))
-            rankings.extend([i for i in row if i >= 0] for row in picks.tolist())
+        with torch.no_grad():
+            for batch in data.batches(batch_size):
+                batch = _on_model_device(model, batch)
+                if isinstance(model, DGN):
+                    out = forward(model, batch, k) if forward else model(batch.features, batch.mask, steps=k)
+                    picks, scores = out.indices, out.gains
+                else:
+                    logits = model(batch.features, batch.mask).logits
+                    kk = min(k, logits.shape[1])
+                    # stable descending sort: ties keep the lower index first
+                    order = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :kk]
+                    picks = torch.where(batch.mask.gather(1, order), order, torch.full_like(order, -1))
+                    scores = logits.gather(1, order)
+                for i, row, values in zip(batch.index.tolist(), picks.tolist(), scores.tolist(), strict=True):
+                    keep = [j for j, pick in enumerate(row) if pick >= 0]  # -1: no candidate left
+                    yield i, [row[j] for j in keep], [float(values[j]) for j in keep]
     finally:
         model.train(was_training)
-    return rankings
 
 
 def evaluate_model(model: Model, data: SelectionDataset, ks: tuple[int, ...] = (1, 3, 5, 7)) -> dict[str, float]:

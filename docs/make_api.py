@@ -32,7 +32,7 @@ SECTIONS = [
      ["load_sentence_model", "resolve_model_path", "encode_texts", "pair_features", "EndToEndSelector",
       "FinetuneConfig", "FinetuneResult", "finetune", "rank_problems", "cut_candidates", "train_end_to_end"]),
     ("Pipeline and training", "dgn.pipeline", ["Featurizer", "SelectionDataset", "Batch", "featurizer_for_model"]),
-    ("", "dgn.train", ["TrainConfig", "TrainResult", "train_model", "training_loss", "load_training_state", "rank",
+    ("", "dgn.train", ["TrainConfig", "TrainResult", "train_model", "training_loss", "load_training_state", "rank", "ranked",
                        "evaluate_model", "make_optimizer", "clip_gradients", "train_from_files",
                        "read_run_settings"]),
     ("", "dgn.tune", ["finetune_checkpoint"]),

@@ -216,3 +216,45 @@ def test_frozen_only_option_under_the_end_to_end_default_is_a_clear_error(files)
     proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "m", "--rankers", "bm25"],
                    files["cache"])
     assert proc.returncode == 2 and "--rankers: not used by end-to-end training" in proc.stderr
+
+
+@pytest.mark.parametrize("kind", ["dgn", "encoder"])
+def test_predict_dataset_and_rank_give_the_picks_recomputed_by_hand(files, kind):
+    """predict_dataset's picks and scores, and rank's picks, against each problem computed
+    alone: hard greedy's picks and marginal gains for a DGN (greedy_select on the model's
+    encoded features), the candidates sorted by logit for an encoder scorer. Batches of 2
+    pad the problems of 4, 5 and 3 candidates, and k = 4 asks for more than the 3 some have."""
+    import torch
+
+    from dgn import greedy_select
+    from dgn.baselines import EncoderScorer
+    from dgn.model import DGN, DGNConfig
+    from dgn.predict import predict_dataset
+    from dgn.train import rank
+
+    fz = Featurizer(features=("lexical",), cache_dir=files["cache"], progress=False)
+    data = SelectionDataset(files["train"], fz)
+    torch.manual_seed(0)
+    model = (DGN(DGNConfig(in_features=fz.dim, encoded_features=6, steps=3)) if kind == "dgn"
+             else EncoderScorer(fz.dim, 8, 6)).eval()
+    k = 4
+    expected = []
+    with torch.no_grad():
+        for i in range(len(data)):
+            x = data.batch([i]).features[0]
+            if kind == "dgn":
+                H = model.encode(x[None])
+                sel = greedy_select(H[0], k, model.objective, modular=model.modular_scores(H, x[None])[0])
+                keep = sel.valid
+                expected.append((sel.indices[keep].tolist(), sel.gains[keep].tolist()))
+            else:
+                logits = model(x[None]).logits[0]
+                order = sorted(range(len(logits)), key=lambda j: (-float(logits[j]), j))[:k]
+                expected.append((order, [float(logits[j]) for j in order]))
+    predictions = list(predict_dataset(model, data, k, batch_size=2))
+    assert [p.id for p in predictions] == [p.id for p in PROBLEMS]
+    for pred, (picks, scores) in zip(predictions, expected, strict=True):
+        assert pred.ranking == picks
+        assert pred.scores == pytest.approx(scores, rel=1e-5, abs=1e-6)
+    assert rank(model, data, k, batch_size=2) == [picks for picks, _ in expected]
+    assert [len(picks) for picks, _ in expected] == [4, 4, 3]
