@@ -394,6 +394,11 @@ class _RecordReader(Generic[T]):
             self.errors.append(exc)
 
     def __iter__(self) -> Iterator[T]:
+        for _, record in self.numbered():
+            yield record
+
+    def numbered(self) -> Iterator[tuple[int, T]]:
+        """The records with their 1-based line numbers, for messages that name a record's line."""
         path = str(self.path)
         seen: dict[str, int] = {}
         self.read = 0
@@ -425,7 +430,7 @@ class _RecordReader(Generic[T]):
                 continue
             seen[record.id] = line_no
             self.read += 1
-            yield record
+            yield line_no, record
 
 
 class ProblemReader(_RecordReader[Problem]):

@@ -46,20 +46,12 @@ def evaluate_files(
         DgnUserError: No problem has gold evidence, or a spec in ``metrics`` is not a
             metric (the message names it and lists the known ones).
     """
-    from dgn.data import Prediction, read_problems
-    from dgn.data.io import iter_jsonl
+    from dgn.data import PredictionReader, read_problems
     from dgn.errors import DataError, DgnUserError
     from dgn.metrics import SelectionMetrics
 
-    preds: dict[str, tuple[list[int], int]] = {}
-    for line, obj in iter_jsonl(predictions):
-        pred = Prediction.from_json(obj, path=str(predictions), line=line)
-        if pred.id in preds:
-            raise DataError(
-                f"duplicate id {pred.id!r} (first seen on line {preds[pred.id][1]})",
-                path=str(predictions), line=line, field="id",
-            )
-        preds[pred.id] = (pred.ranking, line)
+    # The reader validates each line and refuses a repeated id.
+    preds = {pred.id: (pred.ranking, line) for line, pred in PredictionReader(predictions).numbered()}
 
     from dgn.metrics import parse_metric
 
