@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -31,7 +32,13 @@ def main() -> None:
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--loss", default="soft_label", help="the DGN head's loss")
     parser.add_argument("--tau", type=float, default=None, help="the DGN head's temperature (default: the init's)")
-    parser.add_argument("--init", default="cosine", help="how the DGN head starts: cosine (default) or coverage")
+    parser.add_argument("--init", default="cosine", help="how the DGN head starts: cosine (default), coverage or diverse")
+    parser.add_argument("--coverage-weight", type=float, default=None,
+                        help="the DGN head's starting SCMM weights alpha (default: the init's)")
+    parser.add_argument("--first-layer-weight", type=float, default=0.0,
+                        help="weight of an extra first-layer term in the DGN head's loss")
+    parser.add_argument("--listwise-loss", default="soft_label",
+                        help="the listwise head's target: soft_label (gold / |gold|) or set_recall")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--folds", type=int, default=None, help="cross-validate (WiCE) instead of the fixed splits")
     parser.add_argument("--top-l", type=int, default=FinetuneConfig().top_l,
@@ -72,28 +79,41 @@ def main() -> None:
         else:
             splits = [prepare_data(args.dataset, args.data_dir, out / f"data-{args.dataset}-{seed}", 0)]
         for head in args.heads.split(","):
-            tag = f"-{args.loss}-{args.init}" + (f"-tau{args.tau:g}" if args.tau else "") if head == "dgn" else ""
+            loss = args.loss if head == "dgn" else args.listwise_loss
+            if head == "dgn":
+                tag = f"-{loss}-{args.init}" + (f"-tau{args.tau:g}" if args.tau else "")
+                tag += f"-alpha{args.coverage_weight:g}" if args.coverage_weight is not None else ""
+                tag += f"-first{args.first_layer_weight:g}" if args.first_layer_weight else ""
+            else:
+                tag = f"-{loss}" if loss != "soft_label" else ""
             cut = (f"-top{args.top_l}" if args.top_l else "") + ("-lex" if args.lexical else "")
+            cut += f"-ep{args.epochs}" if args.epochs != 1 else ""
             name = f"{args.dataset}{'-cv' + str(args.folds) if args.folds else ''}-{head}{tag}{cut}-seed{seed}"
             target = out / f"{name}.json"
             if target.exists():
                 continue
-            rankings, golds, train_seconds, test_seconds, fits = [], [], 0.0, 0.0, []
+            rankings, golds, ids, train_seconds, test_seconds, fits = [], [], [], 0.0, 0.0, []
             for paths in splits:
                 train, dev, test = (list(read_problems(paths[n])) for n in ("train", "dev", "test"))
                 torch.manual_seed(seed)
                 encoder = load_sentence_model()
                 config = None
-                if head == "dgn" and args.tau:
+                if head == "dgn" and (args.tau or args.coverage_weight is not None):
                     extra = len(LEXICAL_FEATURES) if args.lexical else 0
-                    config = replace(_default_dgn_config(embedding_dim(encoder), args.init, extra), tau=args.tau)
+                    config = _default_dgn_config(embedding_dim(encoder), args.init, extra)
+                    if args.tau:
+                        config = replace(config, tau=args.tau)
+                    if args.coverage_weight is not None:
+                        config = replace(config, init_weight=args.coverage_weight)
                 model = EndToEndSelector(encoder, head, config, init=args.init, lexical=args.lexical)
-                ft = FinetuneConfig(seed=seed, loss=args.loss, epochs=args.epochs, top_l=args.top_l)
+                ft = FinetuneConfig(seed=seed, loss=loss, epochs=args.epochs, top_l=args.top_l,
+                                    first_layer_weight=args.first_layer_weight if head == "dgn" else 0.0)
                 t0 = time.perf_counter()
                 fits.append(finetune(model, train, dev, ft, progress=False).to_dict())
                 t1 = time.perf_counter()
                 rankings += rank_problems(model, test, 7, top_l=args.top_l, progress=False)
                 golds += [p.gold for p in test]
+                ids += [p.id for p in test]
                 train_seconds += t1 - t0
                 test_seconds += time.perf_counter() - t1
             metrics = evaluate_rankings(rankings, golds, ks=KS, names=("recall", "precision", "f1", "strict"))
@@ -102,6 +122,9 @@ def main() -> None:
                 "result": fits[0], "test": metrics, "train_seconds": train_seconds, "test_seconds": test_seconds,
                 "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                 "folds": args.folds, "top_l": args.top_l, "lexical": args.lexical,
+                "dev_score": statistics.fmean(f["best_score"] for f in fits),
+                "data": str(splits[0]["test"].parent.parent if args.folds else splits[0]["test"]),
+                "ids": ids, "rankings": rankings,
             }
             target.write_text(json.dumps(record, indent=2))
             print(name, " ".join(f"R@{k} {metrics[f'recall@{k}']:.3f} P@{k} {metrics[f'precision@{k}']:.3f}"

@@ -5,6 +5,8 @@
 * :func:`soft_label_cross_entropy`: the graded variant after the FGA-NDCG model card:
   the target at each layer is the relevance of the gold items still unpicked,
   normalised into a distribution.
+* :func:`set_recall_cross_entropy`: for alternative gold sets: the target at each layer
+  is the items that raise recall (the best coverage of one gold set) the most.
 * :func:`soft_cross_entropy`: the card's loss for one ranking layer ``(B, N)``.
 * :func:`approx_ndcg_loss` and :func:`layerwise_approx_ndcg_loss`: ApproxNDCG (Qin, Liu
   and Li, 2010), for one ranking layer and per greedy layer.
@@ -22,6 +24,8 @@ from torch import Tensor, nn
 __all__ = [
     "layerwise_cross_entropy",
     "soft_label_cross_entropy",
+    "set_recall_cross_entropy",
+    "gold_set_tensor",
     "soft_cross_entropy",
     "approx_ndcg_loss",
     "layerwise_approx_ndcg_loss",
@@ -222,6 +226,94 @@ def soft_label_cross_entropy(
     p = r / torch.where(total > 0, total, torch.ones_like(total))  # sums to 1 (or all 0)
     terms = torch.where(p > 0, -p * logp, torch.zeros_like(logp))
     return _reduce(terms.sum(dim=(1, 2)), reduction)
+
+
+def set_recall_cross_entropy(
+    states: Tensor,
+    gold_sets: Tensor,
+    indices: Tensor | None = None,
+    reduction: Reduction = "mean",
+    from_logits: bool = True,
+) -> Tensor:
+    r"""Layer-wise cross entropy against the picks that raise recall the most.
+
+    With alternative gold sets :math:`G_1, \dots, G_m` (any one of which is complete
+    evidence) recall after the picks ``A`` is :math:`R(A) = \max_j |G_j \cap A| / |G_j|`.
+    At layer k, with ``A`` the items picked by the layers before it, the target is
+
+    .. math::
+
+        p_k[v] \propto R(A \cup \{v\}) - R(A)
+
+    over the items not yet picked: the items that complete the best-covered set fastest.
+    Where no item raises recall (a gold set is complete, or no set has anything left
+    that would overtake it), the target falls back to the gold items not yet picked
+    (each equally), which still raise precision; a layer with neither adds nothing. With
+    a single gold set this is :func:`soft_label_cross_entropy` with binary relevance.
+    The union target of that loss treats a second sentence of an *other* gold set as
+    good as one that completes the set begun; this one does not.
+
+    Args:
+        states: ``(B, K, N)`` layer logits (``-inf`` where unavailable) or, with
+            ``from_logits=False``, layer distributions.
+        gold_sets: ``(B, G, N)`` bool, ``gold_sets[b, j, v]`` True when item v is in
+            problem b's j-th gold set; all-False rows are padding (see
+            :func:`gold_set_tensor`).
+        indices: ``(B, K)`` the picks of each layer; default: each layer's argmax.
+        reduction: ``"none"`` (``(B,)``), ``"mean"`` or ``"sum"``.
+        from_logits: Whether ``states`` are logits (default) or probabilities.
+
+    Returns:
+        The loss, ``(B,)`` or a scalar.
+
+    Raises:
+        ValueError: As :func:`layerwise_cross_entropy`, or ``gold_sets`` not a
+            ``(B, G, N)`` bool tensor.
+
+    Example:
+        >>> logits = torch.zeros(1, 2, 4)                  # uniform layers, picks 0 then 1
+        >>> logits[0, 1, 0] = float("-inf")
+        >>> sets = torch.tensor([[[1, 1, 0, 0], [0, 0, 1, 1]]]).bool()  # {0, 1} or {2, 3}
+        >>> loss = set_recall_cross_entropy(logits, sets, torch.tensor([[0, 1]]))
+        >>> round(float(loss), 4)  # layer 1: any gold item (log 4); layer 2: item 1 only (log 3)
+        2.4849
+    """
+    if not isinstance(gold_sets, Tensor) or gold_sets.dtype != torch.bool or gold_sets.dim() != 3:
+        raise ValueError(f"gold_sets must be a (B, G, N) bool tensor, got {_describe(gold_sets)}")
+    _check(states, gold_sets.any(1), "gold_sets.any(1)", from_logits)
+    B, K, N = states.shape
+    logp = _log_probs(states, from_logits)
+    open_items = _unpicked_before(_picks(states, indices, from_logits), N)  # (B, K, N)
+    sets = gold_sets.to(logp.dtype)  # (B, G, N)
+    size = sets.sum(-1)  # (B, G)
+    share = torch.where(size > 0, 1.0 / size.clamp_min(1.0), torch.zeros_like(size))  # (B, G)
+    picked = (~open_items).to(logp.dtype)  # (B, K, N) picked before layer k
+    cover = torch.einsum("bkn,bgn->bkg", picked, sets) * share.unsqueeze(1)  # (B, K, G)
+    best = cover.amax(-1, keepdim=True) if cover.shape[-1] else cover.new_zeros(B, K, 1)
+    # recall after adding v through set j: cover_j + 1/|G_j| where v is an open item of G_j
+    through = (cover - best + share.unsqueeze(1)).unsqueeze(-1) * sets.unsqueeze(1)  # (B, K, G, N)
+    gain = through.amax(2).clamp_min(0.0) if through.shape[2] else logp.new_zeros(B, K, N)
+    gain = gain * open_items.to(gain.dtype)
+    union = (gold_sets.any(1).unsqueeze(1) & open_items).to(gain.dtype)  # (B, K, N)
+    has_gain = gain.sum(-1, keepdim=True) > 1e-9
+    r = torch.where(has_gain, gain, union)
+    total = r.sum(-1, keepdim=True)
+    p = r / torch.where(total > 0, total, torch.ones_like(total))
+    terms = torch.where(p > 0, -p * logp, torch.zeros_like(logp))
+    return _reduce(terms.sum(dim=(1, 2)), reduction)
+
+
+def gold_set_tensor(gold: list[list[list[int]]], n: int, device: torch.device | str | None = None) -> Tensor:
+    """``(B, G, n)`` bool from each problem's gold sets (lists of candidate indices), padded
+    with all-False sets to the largest G; indices ``>= n`` are left out."""
+    G = max((len(g) for g in gold), default=0)
+    out = torch.zeros(len(gold), G, n, dtype=torch.bool)
+    for b, groups in enumerate(gold):
+        for j, group in enumerate(groups):
+            for v in group:
+                if 0 <= v < n:
+                    out[b, j, v] = True
+    return out if device is None else out.to(device)
 
 
 class LayerwiseCrossEntropy(nn.Module):

@@ -72,6 +72,14 @@ class DGNConfig:
         coverage: Keep the SCMM coverage term. False zeroes its weights, leaving the
             modular term alone: greedy is then a ranking by ``beta`` (the "modular only"
             ablation).
+        coverage_penalty: Take each item's singleton coverage off its modular term,
+            ``beta_v - sum_e alpha_e phi(H[v, e])``, so that a gain is
+            ``beta_v - sum_e alpha_e (phi(H[v, e]) - (phi(c_e + H[v, e]) - phi(c_e)))``:
+            the first step ranks by ``beta`` alone, and the coverage term only takes away
+            from an item what it repeats of the items already picked (never more than its
+            own singleton coverage). The objective stays submodular (a modular term plus
+            the SCMM); it is monotone only where ``beta_v`` exceeds the item's singleton
+            coverage, which is not enforced (greedy picks K items either way).
         modular_skip: The modular term also reads the input features linearly,
             ``beta_v = softplus(w . H[v] + u . X[v] + b)``: a direct path for input
             features that are already relevance scores (cosines, BM25).
@@ -93,6 +101,7 @@ class DGNConfig:
     modular_activation: str = "softplus"
     modular_skip: bool = False
     coverage: bool = True
+    coverage_penalty: bool = False
 
     def __post_init__(self) -> None:
         for name in ("in_features", "hidden_features", "encoded_features"):
@@ -117,6 +126,8 @@ class DGNConfig:
             raise ValueError(f"DGNConfig.dropout must be in [0, 1), got {self.dropout!r}")
         if not (self.coverage or self.modular):
             raise ValueError("DGNConfig: coverage=False needs modular=True (the objective would be zero)")
+        if self.coverage_penalty and not self.coverage:
+            raise ValueError("DGNConfig: coverage_penalty=True needs coverage=True (there is nothing to take off)")
         if self.modular_activation not in MODULAR_ACTIVATIONS:
             raise ValueError(
                 f"DGNConfig.modular_activation must be one of {MODULAR_ACTIVATIONS}, "
@@ -299,9 +310,17 @@ class DGN(nn.Module):
         if self.modular is not None and self._own_encoder() and self.encoder.fused:
             out = self.encoder._forward_with_head(X, valid, self.modular)
             if out is not None:
-                return out[0], self._modular_from(out[1], X)
+                return out[0], self._penalised(out[0], self._modular_from(out[1], X))
         H = self.encode(X, valid)
-        return H, self.modular_scores(H, X)
+        return H, self._penalised(H, self.modular_scores(H, X))
+
+    def _penalised(self, H: Tensor, beta: Tensor | None) -> Tensor | None:
+        """``beta`` less each item's singleton coverage with ``coverage_penalty`` (see
+        :class:`DGNConfig`), else ``beta`` as it is."""
+        if not self.config.coverage_penalty:
+            return beta
+        single = self.objective._reduce(self.objective.phi(H), self.objective.weights(H))  # (B, N)
+        return -single if beta is None else beta - single
 
     def _own_encoder(self) -> bool:
         """Whether the encoder runs the package's forward pass (it takes the mask and may run

@@ -80,10 +80,25 @@ def embedding_dim(model: Any) -> int:
     return int(get())
 
 
-def embed(model: Any, texts: Sequence[str]) -> Tensor:
-    """``(T, D)`` embeddings of ``texts`` with gradients (the model's own pooling and normalisation)."""
+def embed(model: Any, texts: Sequence[str], bucket: int | None = None) -> Tensor:
+    """``(T, D)`` embeddings of ``texts`` with gradients (the model's own pooling and normalisation).
+
+    ``bucket``: run the texts through the model ``bucket`` at a time, shortest first, so
+    that each pass pads only to the longest text of its bucket (the embeddings are the
+    same up to float rounding; the attention mask already keeps padding out). None: one
+    pass. On WiCE's training steps (a claim and 24 web sentences, padded to 42% tokens in
+    one pass) buckets of 8 take two thirds of the time (``benchmarks/finetune_speed.py``).
+    """
+    texts = list(texts)
+    if bucket is not None and bucket < len(texts):
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        parts = [embed(model, [texts[i] for i in order[s : s + bucket]]) for s in range(0, len(texts), bucket)]
+        inverse = torch.empty(len(texts), dtype=torch.long)
+        inverse[torch.tensor(order)] = torch.arange(len(texts))
+        out = torch.cat(parts)
+        return out[inverse.to(out.device)]
     prepare = getattr(model, "preprocess", None) or model.tokenize
-    features = prepare(list(texts))
+    features = prepare(texts)
     device = next(model.parameters()).device
     features = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in features.items()}
     return model(features)["sentence_embedding"]  # type: ignore[no-any-return]

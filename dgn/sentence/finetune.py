@@ -67,8 +67,14 @@ __all__ = [
 ]
 
 HEADS = ("dgn", "listwise")
+#: The DGN head's layer-wise losses (see :class:`FinetuneConfig`).
+LOSSES = ("soft_label", "layerwise", "set_recall")
 #: How the DGN head starts (see :class:`EndToEndSelector`).
-INITS = ("cosine", "coverage")
+INITS = ("cosine", "coverage", "diverse")
+#: The diverse start's SCMM weights alpha (see :class:`EndToEndSelector`).
+DIVERSE_COVERAGE_WEIGHT = 0.05
+#: Texts per encoder pass in a training step, shortest first (see :func:`~dgn.sentence.encoder.embed`).
+TRAIN_BUCKET = 8
 _HEAD_CONFIG = "selector.json"
 _HEAD_WEIGHTS = "head.safetensors"
 _ENCODER_DIR = "encoder"
@@ -89,8 +95,15 @@ class FinetuneConfig:
         warmup: Share of the steps with a linearly rising learning rate.
         loss: The DGN head's layer-wise loss: ``"soft_label"`` (each layer's target is
             the gold not yet picked, ``gold / |gold|``; at the first layer this is exactly
-            the listwise head's loss) or ``"layerwise"`` (the paper's eq. 5, each open
-            gold item as if it were the only correct one).
+            the listwise head's loss), ``"layerwise"`` (the paper's eq. 5, each open
+            gold item as if it were the only correct one) or ``"set_recall"`` (each
+            layer's target is the items that raise recall, the best coverage of one of
+            the alternative gold sets, the most:
+            :func:`~dgn.losses.set_recall_cross_entropy`; the listwise head then takes
+            its first layer's target).
+        first_layer_weight: Weight of an extra copy of the first layer's term in the DGN
+            head's loss (0: none): more weight on the first pick, which is a plain
+            listwise ranking.
         top_l: Cut every problem to the ``top_l`` candidates BM25 ranks highest before the
             encoder sees it (training keeps the gold candidates beyond the cut so that
             the loss has its targets; prediction does not, and the recall lost by the cut
@@ -109,6 +122,7 @@ class FinetuneConfig:
     weight_decay: float = 0.01
     warmup: float = 0.1
     loss: str = "soft_label"
+    first_layer_weight: float = 0.0
     top_l: int | None = 24
     seed: int = 0
     eval_ks: tuple[int, ...] = (1, 3, 5, 7)
@@ -122,8 +136,11 @@ class FinetuneConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"FinetuneConfig.{name} must be a number >= 0, got {value!r}")
-        if self.loss not in ("layerwise", "soft_label"):
-            raise ValueError(f"FinetuneConfig.loss must be 'layerwise' or 'soft_label', got {self.loss!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"FinetuneConfig.loss must be one of {LOSSES}, got {self.loss!r}")
+        w = self.first_layer_weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w >= 0):
+            raise ValueError(f"FinetuneConfig.first_layer_weight must be a number >= 0, got {w!r}")
         if self.top_l is not None and (isinstance(self.top_l, bool) or not isinstance(self.top_l, int) or self.top_l <= 0):
             raise ValueError(f"FinetuneConfig.top_l must be a positive integer or None, got {self.top_l!r}")
         if not 0 <= self.warmup < 1:
@@ -143,6 +160,11 @@ def _default_dgn_config(dim: int, init: str = "cosine", extra: int = 0) -> DGNCo
         return DGNConfig(
             in_features=2 * dim + 1 + extra, hidden_features=dim, encoded_features=dim, steps=7, tau=8.0,
             init_weight=1.0, modular_skip=True,
+        )
+    if init == "diverse":
+        return DGNConfig(
+            in_features=2 * dim + 1 + extra, hidden_features=dim, encoded_features=dim, steps=7, tau=4.0,
+            init_weight=DIVERSE_COVERAGE_WEIGHT, modular_skip=True, coverage_penalty=True,
         )
     return DGNConfig(
         in_features=2 * dim + 1 + extra, hidden_features=256, encoded_features=64, steps=7, tau=4.0,
@@ -168,6 +190,11 @@ class EndToEndSelector(nn.Module):
             starts as a copy of the claim-sentence product, E = D), every ``alpha = 1``, the
             modular term ``softplus(10 cos)`` and ``tau = 8``: the untrained SCMM greedy over
             the encoder's own product features, a little relevance beside it.
+            ``"diverse"``: the cosine start's modular term over the coverage start's
+            encoder, with ``coverage_penalty`` (see :class:`~dgn.model.DGNConfig`) and
+            ``alpha = DIVERSE_COVERAGE_WEIGHT``: the first layer is exactly the cosine
+            start's (and the listwise head's), and from the second on a candidate loses
+            what it repeats of the picks' claim-weighted content ``relu(D * q * s)``.
         lexical: Give the head the lexical match features too (see the module docstring);
             :meth:`score` and :meth:`loss` then take them as ``lexical`` (:meth:`lexical_for`).
     """
@@ -213,17 +240,20 @@ class EndToEndSelector(nn.Module):
                 self.dgn.modular.weight.zero_()
                 self.dgn.modular.bias.zero_()
                 self.dgn.modular_skip.weight.zero_()
-                if init == "cosine":
-                    self.dgn.modular_skip.weight[0, self._cos] = self.scale * config.tau  # softplus(scale tau cos)
+                if init == "coverage":
+                    self._init_coverage(config, modular=10.0)
                 else:
-                    self._init_coverage(config)
+                    if init == "diverse":
+                        self._init_coverage(config)
+                    self.dgn.modular_skip.weight[0, self._cos] = self.scale * config.tau  # softplus(scale tau cos)
 
-    def _init_coverage(self, config: DGNConfig) -> None:
-        """Start the DGN head as SCMM greedy over ``relu(D * q * s)`` plus ``softplus(10 cos)``."""
+    def _init_coverage(self, config: DGNConfig, modular: float | None = None) -> None:
+        """Start the DGN head's encoder as a copy of ``relu(D * q * s)`` (and, given
+        ``modular``, its modular term as ``softplus(modular * cos)``)."""
         assert self.dgn is not None and self.dgn.modular_skip is not None
         D = self.dim
         if config.hidden_features != D or config.encoded_features != D or config.deep:
-            raise ValueError(f"init='coverage' needs hidden_features = encoded_features = {D} and deep=False")
+            raise ValueError(f"init={self.init!r} needs hidden_features = encoded_features = {D} and deep=False")
         first, second = self.dgn.encoder.net[0], self.dgn.encoder.net[-2]
         eye = torch.eye(D)
         first.weight.zero_()
@@ -231,7 +261,8 @@ class EndToEndSelector(nn.Module):
         first.bias.zero_()
         second.weight.copy_(eye)
         second.bias.zero_()
-        self.dgn.modular_skip.weight[0, self._cos] = 10.0
+        if modular is not None:
+            self.dgn.modular_skip.weight[0, self._cos] = modular
 
     # ------------------------------------------------------------------ forward
     def embed_problems(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> tuple[Tensor, Tensor, Tensor]:
@@ -240,7 +271,7 @@ class EndToEndSelector(nn.Module):
         for q, cands in zip(queries, candidates, strict=True):
             texts.append(q)
             texts.extend(cands)
-        emb = embed(self.encoder, texts)  # (T, D)
+        emb = embed(self.encoder, texts, bucket=TRAIN_BUCKET)  # (T, D)
         B, N = len(queries), max((len(c) for c in candidates), default=0)
         q_rows, s_rows, mask = [], [], torch.zeros(B, N, dtype=torch.bool)
         start = 0
@@ -303,21 +334,45 @@ class EndToEndSelector(nn.Module):
         gold: Tensor,
         loss: str = "layerwise",
         lexical: Tensor | None = None,
+        gold_sets: Tensor | None = None,
+        first_layer_weight: float = 0.0,
     ) -> Tensor:
-        """The training loss of one batch (``gold``: ``(B, N)`` bool; ``lexical`` as in :meth:`score`)."""
-        from dgn.losses import layerwise_cross_entropy, soft_label_cross_entropy
+        """The training loss of one batch.
+
+        Args:
+            query, sentences, mask: As :meth:`score` takes them.
+            gold: ``(B, N)`` bool, the union of the gold sets.
+            loss: The DGN head's layer-wise loss, as :class:`FinetuneConfig` names it:
+                ``"soft_label"``, ``"layerwise"`` or ``"set_recall"``
+                (:func:`~dgn.losses.set_recall_cross_entropy`, which needs
+                ``gold_sets``). The listwise head takes ``"set_recall"`` as its one
+                layer's target too, and any other value as ``gold / |gold|``.
+            lexical: As in :meth:`score`.
+            gold_sets: ``(B, G, N)`` bool (:func:`~dgn.losses.gold_set_tensor`).
+            first_layer_weight: Add this multiple of the first layer's term of the loss
+                again (the DGN head; its first layer is a listwise ranking).
+        """
+        from dgn.losses import layerwise_cross_entropy, set_recall_cross_entropy, soft_label_cross_entropy
+
+        if loss == "set_recall" and gold_sets is None:
+            raise ValueError("loss='set_recall' needs gold_sets")
+
+        def of(logits: Tensor) -> Tensor:  # (B, K, N) layer logits
+            if loss == "set_recall":
+                assert gold_sets is not None
+                return set_recall_cross_entropy(logits, gold_sets)
+            if loss == "soft_label" or self.dgn is None:
+                return soft_label_cross_entropy(logits, gold.to(logits.dtype))
+            return layerwise_cross_entropy(logits, gold)
 
         if self.dgn is None:
-            logits = self.score(query, sentences, mask, lexical=lexical)
-            target = gold.to(logits.dtype)
-            target = target / target.sum(-1, keepdim=True).clamp_min(1.0)
-            logp = torch.log_softmax(logits, dim=-1)
-            return -(torch.where(target > 0, target * logp, torch.zeros_like(logp))).sum(-1).mean()
+            return of(self.score(query, sentences, mask, lexical=lexical).unsqueeze(1))
         steps = min(self.dgn.config.steps, int(mask.sum(1).max()))
         out = self.score(query, sentences, mask, steps=steps, lexical=lexical)
-        if loss == "soft_label":
-            return soft_label_cross_entropy(out.logits, gold.to(out.logits.dtype))
-        return layerwise_cross_entropy(out.logits, gold)
+        total = of(out.logits)
+        if first_layer_weight:
+            total = total + first_layer_weight * of(out.logits[:, :1])
+        return total
 
     # ------------------------------------------------------------------ persistence
     def _saved_head(self) -> nn.Module | None:
@@ -490,6 +545,7 @@ def finetune(
 
     from dgn._memory import retain_freed_memory
     from dgn._progress import bars
+    from dgn.losses import gold_set_tensor
     from dgn.metrics import evaluate_rankings
 
     retain_freed_memory()  # as dgn.train.train_model: no page faults on every step's tensors
@@ -528,8 +584,10 @@ def finetune(
             gold = torch.zeros_like(mask)
             for b, p in enumerate(batch):
                 gold[b, : len(cands[b])] = torch.tensor(_gold_mask(p, len(cands[b])))
+            sets = gold_set_tensor([p.gold for p in batch], mask.shape[1]) if cfg.loss == "set_recall" else None
             lex = model.lexical_for([p.query for p in batch], cands, mask.shape[1])
-            loss = model.loss(q, S, mask, gold, cfg.loss, lexical=lex)
+            loss = model.loss(q, S, mask, gold, cfg.loss, lexical=lex, gold_sets=sets,
+                              first_layer_weight=cfg.first_layer_weight)
             optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
