@@ -189,23 +189,105 @@ def plot(out: Path, png: Path) -> None:
     print(f"plot written to {png}")
 
 
-def summary(out: Path) -> str:
-    """Mean ± sd over seeds of every configuration whose runs are in ``out`` (one table per dataset)."""
+#: Reference cosine above which a pick repeats an earlier gold pick's content (zero-shot
+#: all-MiniLM-L6-v2; exact duplicates score 1.0, WiCE's reworded boilerplate about 0.9).
+REPEAT_COSINE = 0.9
+
+
+def redundancy(out: Path, records: list[dict]) -> dict[str, dict[str, float]]:
+    """Redundancy of each run's picks, measured with one reference embedding for all runs.
+
+    For the first k picks of every scored problem (k = 3, 5, 7), in the zero-shot
+    all-MiniLM-L6-v2 embedding (the same for every model, so that runs compare):
+
+    * ``cos@k``: the mean pairwise cosine of the picked sentences;
+    * ``repeat@k``: the share of picks whose cosine with an earlier pick that is gold
+      reaches :data:`REPEAT_COSINE` (a pick that repeats gold content already found).
+
+    Returns ``{run name: {"cos@k": ..., "repeat@k": ...}}``; the embeddings are cached in
+    ``out/reference-embeddings.npz``.
+    """
+    import numpy as np
+
+    from dgn.data import read_problems
+    from dgn.sentence import encode_texts, load_sentence_model
+
+    problems: dict[str, object] = {}
+    for record in records:
+        data = Path(record["data"])
+        for path in sorted(data.glob("fold*/test.jsonl")) if data.is_dir() else [data]:
+            for p in read_problems(path):
+                problems.setdefault(f"{path}:{p.id}", p)
+    by_id = {}
+    for key, p in problems.items():
+        by_id.setdefault(key.rsplit(":", 1)[1], p)
+    texts = sorted({p.candidates[i] for r in records for pid, row in zip(r["ids"], r["rankings"], strict=True)
+                    for p in [by_id[pid]] for i in row})
+    cache = out / "reference-embeddings.npz"
+    known: dict[str, np.ndarray] = {}
+    if cache.exists():
+        saved = np.load(cache, allow_pickle=False)
+        known = dict(zip(saved["texts"].tolist(), saved["vectors"], strict=True))
+    missing = [t for t in texts if t not in known]
+    if missing:
+        vectors = encode_texts(load_sentence_model(), missing, progress=False)
+        known.update(zip(missing, vectors, strict=True))
+        keys = sorted(known)
+        np.savez(cache, texts=np.array(keys), vectors=np.stack([known[t] for t in keys]))
+    result = {}
+    for r in records:
+        sums = {f"{m}@{k}": [] for k in (3, 5, 7) for m in ("cos", "repeat")}
+        for pid, row in zip(r["ids"], r["rankings"], strict=True):
+            p = by_id[pid]
+            if not any(p.gold):
+                continue
+            gold = {v for g in p.gold for v in g}
+            E = np.stack([known[p.candidates[i]] for i in row]) if row else np.zeros((0, 1))
+            E = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+            C = E @ E.T
+            for k in (3, 5, 7):
+                n = min(k, len(row))
+                if n >= 2:
+                    sums[f"cos@{k}"].append(float(C[:n, :n][np.triu_indices(n, 1)].mean()))
+                repeats = sum(
+                    any(row[i] in gold and C[i, j] >= REPEAT_COSINE for i in range(j)) for j in range(n)
+                )
+                if n:
+                    sums[f"repeat@{k}"].append(repeats / n)
+        result[r["name"]] = {m: float(np.mean(v)) if v else float("nan") for m, v in sums.items()}
+    return result
+
+
+def summary(out: Path, with_redundancy: bool = True) -> str:
+    """Mean ± sd over seeds of every configuration whose runs are in ``out``: dev mean
+    recall (where settings are chosen), test recall, precision and strict@k, and the
+    redundancy of the picks (:func:`redundancy`)."""
     import statistics
 
     groups = _groups(out)
-    metrics = [f"{m}@{k}" for k in KS for m in ("recall", "precision")]
-    short = {"recall": "R", "precision": "P"}
-    lines = ["| run | seeds | train s (mean) | " + " | ".join(short[m.split("@")[0]] + "@" + m.split("@")[1] for m in metrics) + " |",
-             "|---|---|---:|" + "---:|" * len(metrics)]
+    records = [r for runs in groups.values() for r in runs if "rankings" in r]
+    red = redundancy(out, records) if with_redundancy and records else {}
+    for r in records:
+        r["test"].update(red.get(r["name"], {}))
+    metrics = [f"{m}@{k}" for k in KS for m in ("recall", "precision")] + [f"strict@{k}" for k in KS]
+    metrics += ["cos@5", "repeat@7"] if red else []
+    short = {"recall": "R", "precision": "P", "strict": "S", "cos": "cos", "repeat": "rep"}
+    lines = ["| run | seeds | dev | train s (mean) | "
+             + " | ".join(short[m.split("@")[0]] + "@" + m.split("@")[1] for m in metrics) + " |",
+             "|---|---|---:|---:|" + "---:|" * len(metrics)]
     for name, runs in groups.items():
         cells = []
         for m in metrics:
+            if not all(m in r["test"] for r in runs):
+                cells.append("-")
+                continue
             mean, sd = _mean_sd(runs, m)
             cells.append(f"{mean:.3f}" + (f" ± {sd:.3f}" if sd is not None else ""))
         seeds = ",".join(str(r["seed"]) for r in runs)
         secs = statistics.fmean(r["train_seconds"] for r in runs)
-        lines.append(f"| {name} | {seeds} | {secs:.0f} | " + " | ".join(cells) + " |")
+        devs = [r.get("dev_score") for r in runs]
+        dev = f"{statistics.fmean(devs):.4f}" if all(d is not None for d in devs) else "-"
+        lines.append(f"| {name} | {seeds} | {dev} | {secs:.0f} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

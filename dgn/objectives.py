@@ -38,6 +38,7 @@ __all__ = [
     "Objective",
     "SCMM",
     "FacilityLocation",
+    "SumObjective",
     "make_objective",
     "concave",
 ]
@@ -569,6 +570,107 @@ class FacilityLocation(Objective):
 
     def _state_value(self, features: Tensor, state: tuple[Tensor, Tensor]) -> Tensor:
         return state[1].sum(-1)
+
+
+class SumObjective(Objective):
+    r"""A weighted sum of objectives, each over its own block of feature columns.
+
+    .. math::
+
+        f(A) = \sum_i w_i f_i(A; H[:, :, \text{block}_i])
+
+    with nonnegative weights ``w`` (monotone submodular when every ``f_i`` is). E.g.
+    SCMM coverage over an encoding beside facility location over sentence embeddings:
+    ``SumObjective([SCMM("sqrt"), FacilityLocation("cosine")], [E, D])``.
+
+    Args:
+        parts: The objectives.
+        widths: How many feature columns each reads, in order (they must add up to E).
+        weights: Fixed weights ``w`` (default all ones).
+        learnable: Learn ``w = softplus(raw)`` from the given weights instead.
+
+    Shape:
+        - features: ``(B, N, sum(widths))``
+        - state: a tuple of the parts' states
+        - gains: ``(B, N)``
+
+    Example:
+        >>> f = SumObjective([SCMM("sqrt"), FacilityLocation()], [1, 2], weights=[1.0, 0.5])
+        >>> H = torch.tensor([[[4.0, 1.0, 0.0], [1.0, 0.0, 1.0]]])
+        >>> f.value(H, torch.tensor([[True, False]]))  # sqrt(4) + 0.5 * (1 + 0)
+        tensor([2.5000])
+    """
+
+    _needs_nonnegative = False
+
+    def __init__(
+        self,
+        parts: list[Objective],
+        widths: list[int],
+        weights: list[float] | None = None,
+        learnable: bool = False,
+    ) -> None:
+        super().__init__()
+        if len(parts) != len(widths) or not parts:
+            raise ValueError(f"SumObjective needs one width per part, got {len(parts)} parts and {len(widths)} widths")
+        if any(isinstance(w, bool) or not isinstance(w, int) or w <= 0 for w in widths):
+            raise ValueError(f"SumObjective widths must be positive integers, got {widths!r}")
+        w = torch.ones(len(parts)) if weights is None else torch.as_tensor(weights, dtype=torch.float32)
+        if w.shape != (len(parts),) or not bool(torch.isfinite(w).all()) or bool((w < 0).any()):
+            raise ValueError(f"SumObjective weights must be {len(parts)} finite numbers >= 0, got {weights!r}")
+        if learnable and bool((w <= 0).any()):
+            raise ValueError("SumObjective: learnable weights must start > 0")
+        self.parts = nn.ModuleList(parts)
+        self.widths = list(widths)
+        self.learnable = bool(learnable)
+        if self.learnable:
+            self.raw_weights = nn.Parameter(w + torch.log(-torch.expm1(-w)))  # softplus(raw) = w
+        else:
+            self.register_buffer("fixed_weights", w)
+
+    def extra_repr(self) -> str:
+        return f"widths={self.widths}, learnable={self.learnable}"
+
+    def weights(self, like: Tensor) -> Tensor:
+        """The nonnegative part weights ``(len(parts),)`` in ``like``'s dtype and device."""
+        w = F.softplus(self.raw_weights) if self.learnable else self.fixed_weights
+        return w.to(dtype=like.dtype, device=like.device)
+
+    def _blocks(self, features: Tensor) -> list[Tensor]:
+        if features.shape[-1] != sum(self.widths):
+            raise ValueError(f"SumObjective reads {sum(self.widths)} feature columns, got E={features.shape[-1]}")
+        return list(torch.split(features, self.widths, dim=-1))
+
+    def init_state(self, features: Tensor, mask: Tensor | None = None) -> tuple[Any, ...]:
+        return tuple(f.init_state(x, mask) for f, x in zip(self.parts, self._blocks(features), strict=True))
+
+    def gains(
+        self,
+        features: Tensor,
+        state: tuple[Any, ...],
+        mask: Tensor | None = None,
+        modular: Tensor | None = None,
+    ) -> Tensor:
+        w = self.weights(features)
+        out = None
+        for i, (f, x, st) in enumerate(zip(self.parts, self._blocks(features), state, strict=True)):
+            g = w[i] * f.gains(x, st, mask)
+            out = g if out is None else out + g
+        assert out is not None
+        if modular is not None:
+            out = out + modular
+        if mask is not None:
+            out = out.masked_fill(~mask, 0.0)
+        return out
+
+    def update(self, features: Tensor, state: tuple[Any, ...], weights: Tensor) -> tuple[Any, ...]:
+        blocks = self._blocks(features)
+        return tuple(f.update(x, st, weights) for f, x, st in zip(self.parts, blocks, state, strict=True))
+
+    def _state_value(self, features: Tensor, state: tuple[Any, ...]) -> Tensor:
+        w = self.weights(features)
+        blocks = self._blocks(features)
+        return sum(w[i] * f._state_value(x, st) for i, (f, x, st) in enumerate(zip(self.parts, blocks, state, strict=True)))
 
 
 ObjectiveLike = str | Objective

@@ -42,7 +42,9 @@ from torch import Tensor, nn
 from dgn._paths import model_directory, one_train_file, train_file_list
 from dgn.errors import DgnUserError
 from dgn.features.lexical import LEXICAL_FEATURES, lexical_features
-from dgn.model import DGN, DGNConfig
+from dgn.layer import GreedyLayer
+from dgn.model import DGN, DGNConfig, DGNOutput
+from dgn.objectives import FacilityLocation, SumObjective
 from dgn.sentence.encoder import (
     embed,
     embedding_dim,
@@ -77,6 +79,7 @@ DIVERSE_COVERAGE_WEIGHT = 0.05
 TRAIN_BUCKET = 8
 _HEAD_CONFIG = "selector.json"
 _HEAD_WEIGHTS = "head.safetensors"
+_FACILITY_KEY = "facility.raw_weights"
 _ENCODER_DIR = "encoder"
 _RANK_CHUNK = 4096  # problems embedded at a time by rank_problems
 _FORMAT = "dgn-end-to-end"
@@ -197,6 +200,12 @@ class EndToEndSelector(nn.Module):
             what it repeats of the picks' claim-weighted content ``relu(D * q * s)``.
         lexical: Give the head the lexical match features too (see the module docstring);
             :meth:`score` and :meth:`loss` then take them as ``lexical`` (:meth:`lexical_for`).
+        facility: With the DGN head, add facility location over the candidates' sentence
+            embeddings (cosine, clamped at 0) beside the SCMM, with this starting weight
+            (learned, softplus-kept positive), in the same penalty form as
+            ``coverage_penalty``: each gain loses ``w * sum_u min(cos+(u, v), best_u)``,
+            the share of v's similarity to the candidates u that the picks already cover,
+            so the first pick is unchanged. None: no such term.
     """
 
     def __init__(
@@ -207,6 +216,7 @@ class EndToEndSelector(nn.Module):
         scale: float = 20.0,
         init: str = "cosine",
         lexical: bool = False,
+        facility: float | None = None,
     ):
         super().__init__()
         if head not in HEADS:
@@ -223,11 +233,15 @@ class EndToEndSelector(nn.Module):
         self.in_features = 2 * self.dim + 1 + n_lex  # [q * s, |q - s|, cos, lexical...]
         self._cos = 2 * self.dim  # the cosine's column
         self.dgn: DGN | None = None
+        self.facility: SumObjective | None = None
+        self.facility_greedy: GreedyLayer | None = None
         self.lexical_head: nn.Linear | None = None
         if head == "listwise" and self.lexical:
             self.lexical_head = nn.Linear(n_lex, 1)
             nn.init.zeros_(self.lexical_head.weight)
             nn.init.zeros_(self.lexical_head.bias)
+        if facility is not None and head != "dgn":
+            raise ValueError("facility needs the DGN head")
         if head == "dgn":
             config = dgn_config or _default_dgn_config(self.dim, init, n_lex)
             if config.in_features != self.in_features:
@@ -235,6 +249,12 @@ class EndToEndSelector(nn.Module):
             if not (config.modular and config.modular_skip):
                 raise ValueError("the DGN head needs modular=True and modular_skip=True (it starts from the cosine)")
             self.dgn = DGN(config)
+            if facility is not None:
+                self.facility = SumObjective(
+                    [self.dgn.objective, FacilityLocation("cosine")], [config.encoded_features, self.dim],
+                    weights=[1.0, float(facility)], learnable=True,
+                )
+                self.facility_greedy = GreedyLayer(self.facility, config.steps, config.tau, config.relaxation)
             assert self.dgn.modular is not None and self.dgn.modular_skip is not None
             with torch.no_grad():
                 self.dgn.modular.weight.zero_()
@@ -324,7 +344,25 @@ class EndToEndSelector(nn.Module):
                 lex = self._checked_lexical(lexical, mask).to(logits.dtype)
                 logits = logits + self.lexical_head(lex).squeeze(-1)
             return logits.masked_fill(~mask, float("-inf"))
-        return self.dgn(self.head_features(query, sentences, mask, lexical), mask, steps=steps)
+        X = self.head_features(query, sentences, mask, lexical)
+        if self.facility is None:
+            return self.dgn(X, mask, steps=steps)
+        return self._score_with_facility(X, sentences, mask, steps)
+
+    def _score_with_facility(self, X: Tensor, sentences: Tensor, mask: Tensor, steps: int | None) -> DGNOutput:
+        """The DGN head with the facility-location term (see ``facility``): greedy over
+        ``[H, normalised embeddings]`` on the :class:`~dgn.objectives.SumObjective`."""
+        assert self.dgn is not None and self.facility is not None and self.facility_greedy is not None
+        X, valid = self.dgn._inputs(X, mask)
+        H, beta = self.dgn._encode_and_score(X, valid)
+        S = nn.functional.normalize(sentences.to(H.dtype), dim=-1) * valid.unsqueeze(-1).to(H.dtype)
+        fl = self.facility.parts[1]
+        single = fl.gains(S, fl.init_state(S, valid))  # (B, N): sum_u cos+(u, v)
+        beta = -self.facility.weights(H)[1] * single + (0.0 if beta is None else beta)
+        K = self.dgn.config.steps if steps is None else steps
+        self.facility_greedy.train(self.training)
+        out = self.facility_greedy(torch.cat([H, S], dim=-1), valid, beta, K, tau=self.dgn.config.tau)
+        return DGNOutput(out.logits, out.distributions, out.indices, out.gains, out.valid, H)
 
     def loss(
         self,
@@ -375,10 +413,25 @@ class EndToEndSelector(nn.Module):
         return total
 
     # ------------------------------------------------------------------ persistence
-    def _saved_head(self) -> nn.Module | None:
-        """The module whose weights ``head.safetensors`` holds: the DGN, the listwise head's
-        lexical term, or nothing (the plain listwise head has no weights of its own)."""
-        return self.dgn if self.dgn is not None else self.lexical_head
+    def _head_state(self) -> dict[str, Tensor]:
+        """What ``head.safetensors`` holds: the DGN's weights (and the facility term's
+        under ``facility.raw_weights``), the listwise head's lexical term, or nothing (the
+        plain listwise head has no weights of its own)."""
+        head = self.dgn if self.dgn is not None else self.lexical_head
+        state = {} if head is None else {k: v.detach().contiguous() for k, v in head.state_dict().items()}
+        if self.facility is not None:
+            state[_FACILITY_KEY] = self.facility.raw_weights.detach().contiguous()
+        return state
+
+    def _load_head_state(self, state: dict[str, Tensor]) -> None:
+        """Load what :meth:`_head_state` wrote."""
+        state = dict(state)
+        if self.facility is not None:
+            with torch.no_grad():
+                self.facility.raw_weights.copy_(state.pop(_FACILITY_KEY))
+        head = self.dgn if self.dgn is not None else self.lexical_head
+        if head is not None:
+            head.load_state_dict(state)
 
     def save_pretrained(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> Path:
         """Write the encoder (sentence-transformers layout, safetensors) and the head."""
@@ -395,11 +448,11 @@ class EndToEndSelector(nn.Module):
             "init": self.init,
             "scale": self.scale,
             "lexical": self.lexical,
+            "facility": None if self.facility is None else float(self.facility.weights(torch.zeros(1))[1]),
             "dgn_config": None if self.dgn is None else self.dgn.config.to_dict(),
             "extra": extra or {},
         }
-        head = self._saved_head()
-        tensors = {} if head is None else {k: v.detach().contiguous() for k, v in head.state_dict().items()}
+        tensors = self._head_state()
         with atomic_write(path / _HEAD_CONFIG) as fh:
             fh.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         with atomic_write(path / _HEAD_WEIGHTS, "wb") as fh:
@@ -420,10 +473,8 @@ class EndToEndSelector(nn.Module):
         encoder = load_sentence_model(path / _ENCODER_DIR)
         config = None if meta["dgn_config"] is None else DGNConfig.from_dict(meta["dgn_config"])
         model = cls(encoder, meta["head"], config, meta["scale"], meta.get("init", "coverage"),
-                    lexical=bool(meta.get("lexical", False)))
-        head = model._saved_head()
-        if head is not None:
-            head.load_state_dict(load_file(str(path / _HEAD_WEIGHTS)))
+                    lexical=bool(meta.get("lexical", False)), facility=meta.get("facility"))
+        model._load_head_state(load_file(str(path / _HEAD_WEIGHTS)))
         model.extra = meta.get("extra") or {}
         return model.eval()
 
