@@ -35,6 +35,8 @@ def main() -> None:
     parser.add_argument("--init", default="cosine", help="how the DGN head starts: cosine (default), coverage or diverse")
     parser.add_argument("--coverage-weight", type=float, default=None,
                         help="the DGN head's starting SCMM weights alpha (default: the init's)")
+    parser.add_argument("--facility", type=float, default=None,
+                        help="the DGN head adds facility location over the sentence embeddings, with this starting weight")
     parser.add_argument("--first-layer-weight", type=float, default=0.0,
                         help="weight of an extra first-layer term in the DGN head's loss")
     parser.add_argument("--listwise-loss", default="soft_label",
@@ -84,6 +86,7 @@ def main() -> None:
                 tag = f"-{loss}-{args.init}" + (f"-tau{args.tau:g}" if args.tau else "")
                 tag += f"-alpha{args.coverage_weight:g}" if args.coverage_weight is not None else ""
                 tag += f"-first{args.first_layer_weight:g}" if args.first_layer_weight else ""
+                tag += f"-fl{args.facility:g}" if args.facility is not None else ""
             else:
                 tag = f"-{loss}" if loss != "soft_label" else ""
             cut = (f"-top{args.top_l}" if args.top_l else "") + ("-lex" if args.lexical else "")
@@ -105,7 +108,8 @@ def main() -> None:
                         config = replace(config, tau=args.tau)
                     if args.coverage_weight is not None:
                         config = replace(config, init_weight=args.coverage_weight)
-                model = EndToEndSelector(encoder, head, config, init=args.init, lexical=args.lexical)
+                model = EndToEndSelector(encoder, head, config, init=args.init, lexical=args.lexical,
+                                         facility=args.facility if head == "dgn" else None)
                 ft = FinetuneConfig(seed=seed, loss=loss, epochs=args.epochs, top_l=args.top_l,
                                     first_layer_weight=args.first_layer_weight if head == "dgn" else 0.0)
                 t0 = time.perf_counter()
