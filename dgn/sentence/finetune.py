@@ -448,7 +448,7 @@ class EndToEndSelector(nn.Module):
             "init": self.init,
             "scale": self.scale,
             "lexical": self.lexical,
-            "facility": None if self.facility is None else float(self.facility.weights(torch.zeros(1))[1]),
+            "facility": None if self.facility is None else float(self.facility.weights(torch.zeros(1))[1].detach()),
             "dgn_config": None if self.dgn is None else self.dgn.config.to_dict(),
             "extra": extra or {},
         }
