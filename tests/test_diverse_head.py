@@ -236,7 +236,7 @@ def test_diverse_start_picks_the_cosine_first_and_facility_head_is_greedy_on_its
         sim = (Sn @ Sn.T).clamp_min(0)
         beta = torch.nn.functional.softplus(model.scale * model.dgn.config.tau * cos)
 
-        def value(A):
+        def value(A, H=H, alpha=alpha, w=w, sim=sim, beta=beta):
             A = list(A)
             if not A:
                 return 0.0

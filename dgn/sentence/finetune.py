@@ -390,7 +390,11 @@ class EndToEndSelector(nn.Module):
             first_layer_weight: Add this multiple of the first layer's term of the loss
                 again (the DGN head; its first layer is a listwise ranking).
         """
-        from dgn.losses import layerwise_cross_entropy, set_recall_cross_entropy, soft_label_cross_entropy
+        from dgn.losses import (
+            layerwise_cross_entropy,
+            set_recall_cross_entropy,
+            soft_label_cross_entropy,
+        )
 
         if loss == "set_recall" and gold_sets is None:
             raise ValueError("loss='set_recall' needs gold_sets")
