@@ -16,6 +16,7 @@ import statistics
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -49,12 +50,14 @@ def main() -> None:
     parser.add_argument("--output", default="runs/e2e")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--summary", action="store_true", help="only print the table of the runs in --output")
+    parser.add_argument("--multi-sentence", action="store_true",
+                        help="with --summary: score only the claims whose every gold set holds 2 or more sentences")
     parser.add_argument("--plot", default=None, metavar="PNG",
                         help="with --summary: also draw each run's recall@k and precision@k minus the listwise head's")
     args = parser.parse_args()
     args.top_l = args.top_l or None
     if args.summary:
-        print(summary(Path(args.output)))
+        print(summary(Path(args.output), multi_sentence=args.multi_sentence))
         if args.plot:
             plot(Path(args.output), Path(args.plot))
         return
@@ -213,18 +216,9 @@ def redundancy(out: Path, records: list[dict]) -> dict[str, dict[str, float]]:
     """
     import numpy as np
 
-    from dgn.data import read_problems
     from dgn.sentence import encode_texts, load_sentence_model
 
-    problems: dict[str, object] = {}
-    for record in records:
-        data = Path(record["data"])
-        for path in sorted(data.glob("fold*/test.jsonl")) if data.is_dir() else [data]:
-            for p in read_problems(path):
-                problems.setdefault(f"{path}:{p.id}", p)
-    by_id = {}
-    for key, p in problems.items():
-        by_id.setdefault(key.rsplit(":", 1)[1], p)
+    by_id = _test_problems(records)
     texts = sorted({p.candidates[i] for r in records for pid, row in zip(r["ids"], r["rankings"], strict=True)
                     for p in [by_id[pid]] for i in row})
     cache = out / "reference-embeddings.npz"
@@ -262,7 +256,33 @@ def redundancy(out: Path, records: list[dict]) -> dict[str, dict[str, float]]:
     return result
 
 
-def summary(out: Path, with_redundancy: bool = True) -> str:
+def _test_problems(records: list[dict]) -> dict[str, Any]:
+    """The scored problems of the runs, by id (from each run's recorded test files)."""
+    from dgn.data import read_problems
+
+    by_id: dict[str, Any] = {}
+    for data in sorted({r["data"] for r in records}):
+        path = Path(data)
+        for file in sorted(path.glob("fold*/test.jsonl")) if path.is_dir() else [path]:
+            for p in read_problems(file):
+                by_id.setdefault(p.id, p)
+    return by_id
+
+
+def _multi_sentence_metrics(records: list[dict]) -> None:
+    """Replace each record's test metrics by those over the claims whose every gold set
+    holds 2 or more sentences (the claims that need several sentences)."""
+    from dgn.metrics import evaluate_rankings
+
+    by_id = _test_problems(records)
+    for r in records:
+        keep = [(row, by_id[pid].gold) for pid, row in zip(r["ids"], r["rankings"], strict=True)
+                if by_id[pid].gold and min(len(g) for g in by_id[pid].gold) >= 2]
+        r["test"] = evaluate_rankings([row for row, _ in keep], [g for _, g in keep], ks=KS,
+                                      names=("recall", "precision", "f1", "strict"))
+
+
+def summary(out: Path, with_redundancy: bool = True, multi_sentence: bool = False) -> str:
     """Mean ± sd over seeds of every configuration whose runs are in ``out``: dev mean
     recall (where settings are chosen), test recall, precision and strict@k, and the
     redundancy of the picks (:func:`redundancy`)."""
@@ -270,6 +290,10 @@ def summary(out: Path, with_redundancy: bool = True) -> str:
 
     groups = _groups(out)
     records = [r for runs in groups.values() for r in runs if "rankings" in r]
+    if multi_sentence:
+        groups = {name: [r for r in runs if "rankings" in r] for name, runs in groups.items()}
+        groups = {name: runs for name, runs in groups.items() if runs}
+        _multi_sentence_metrics(records)
     red = redundancy(out, records) if with_redundancy and records else {}
     for r in records:
         r["test"].update(red.get(r["name"], {}))
