@@ -42,6 +42,8 @@ def main() -> None:
                         help="weight of an extra first-layer term in the DGN head's loss")
     parser.add_argument("--listwise-loss", default="soft_label",
                         help="the listwise head's target: soft_label (gold / |gold|) or set_recall")
+    parser.add_argument("--also-train", default="",
+                        help="comma-separated datasets whose training split is added to every run's training problems")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--folds", type=int, default=None, help="cross-validate (WiCE) instead of the fixed splits")
     parser.add_argument("--top-l", type=int, default=FinetuneConfig().top_l,
@@ -78,6 +80,9 @@ def main() -> None:
 
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
+    extra_sets = [d for d in args.also_train.split(",") if d]
+    extra_train = [p for d in extra_sets
+                   for p in read_problems(prepare_data(d, args.data_dir, out / f"data-{d}-0", 0)["train"])]
     for seed in [int(s) for s in args.seeds.split(",")]:
         if args.folds:
             splits = prepare_folds(args.dataset, args.data_dir, out / f"data-{args.dataset}-folds", 0, args.folds)
@@ -94,6 +99,7 @@ def main() -> None:
                 tag = f"-{loss}" if loss != "soft_label" else ""
             cut = (f"-top{args.top_l}" if args.top_l else "") + ("-lex" if args.lexical else "")
             cut += f"-ep{args.epochs}" if args.epochs != 1 else ""
+            cut += "".join(f"-plus-{d}" for d in extra_sets)
             name = f"{args.dataset}{'-cv' + str(args.folds) if args.folds else ''}-{head}{tag}{cut}-seed{seed}"
             target = out / f"{name}.json"
             if target.exists():
@@ -101,6 +107,7 @@ def main() -> None:
             rankings, golds, ids, train_seconds, test_seconds, fits = [], [], [], 0.0, 0.0, []
             for paths in splits:
                 train, dev, test = (list(read_problems(paths[n])) for n in ("train", "dev", "test"))
+                train += extra_train
                 torch.manual_seed(seed)
                 encoder = load_sentence_model()
                 config = None
