@@ -63,10 +63,10 @@ def test_build_then_reload_without_building(tmp_path: Path, data_file: Path) -> 
     np.testing.assert_array_equal(feats[-1], arrays[-1])
     np.testing.assert_array_equal(feats.sizes, [3, 1, 0, 5, 2])
     assert feats.index_of("p3") == 3
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="^problem index 5 out of range for 5 problems$"):
         feats[5]
-    with pytest.raises(ValueError):
-        feats[0][0, 0] = 1.0  # read-only
+    with pytest.raises(ValueError, match="read-only"):
+        feats[0][0, 0] = 1.0
     # The .npy file is a plain numpy file.
     raw = np.load(feats.path / "features.npy", mmap_mode="r")
     np.testing.assert_array_equal(raw, np.concatenate(arrays))
@@ -183,7 +183,7 @@ def test_killed_build_leftovers_are_ignored(tmp_path: Path, data_file: Path) -> 
     np.testing.assert_array_equal(feats[0], _arrays()[0])
     # A corrupted complete cache is rebuilt too.
     (final / "offsets.npy").write_bytes(b"junk")
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match="corrupt feature cache"):
         CachedFeatures(final)
     rebuild = Builder(_arrays())
     cache.get_or_build(data_file, SETTINGS, rebuild, progress=False)
