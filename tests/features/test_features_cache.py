@@ -213,8 +213,11 @@ def test_bad_build_output(tmp_path: Path, data_file: Path) -> None:
 
 
 def test_empty_and_progress(
-    tmp_path: Path, data_file: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, data_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # An earlier test that ran the dgn command in this process (stderr captured, no
+    # terminal) has turned bars off for the rest of the process: this one needs them.
+    monkeypatch.setattr("dgn._progress._ENABLED", True)
     cache = FeatureCache(tmp_path / "cache")
     empty = cache.get_or_build(data_file, {"empty": True}, lambda: iter([]), progress=False)
     assert len(empty) == 0 and empty.num_rows == 0
