@@ -98,6 +98,7 @@ def test_the_reference_marker_is_registered_and_on_the_reference_tests(pytestcon
     sentence-transformers and the C kernels carry it (a sample of each)."""
     assert any(line.startswith("reference:") for line in pytestconfig.getini("markers"))
     import tests.test_candidate_stage as candidate_stage
+    import tests.test_end_to_end_cut as end_to_end_cut
     import tests.test_feature_sets as feature_sets
     import tests.test_fusion_classic as fusion_classic
     import tests.test_greedy as greedy
@@ -120,5 +121,5 @@ def test_the_reference_marker_is_registered_and_on_the_reference_tests(pytestcon
         kernels.test_loss_kernel_equals_the_composition,
     ):
         assert "reference" in marks(test), test.__name__
-    assert "reference" in marks(sentence)  # the whole module
+    assert "reference" in marks(sentence) and "reference" in marks(end_to_end_cut)  # whole modules
     assert "reference" not in marks(kernels.test_retained_memory_keeps_freed_blocks_in_the_heap)
