@@ -78,6 +78,7 @@ def test_cut_reindexes_gold_relevance_and_keeps_gold_for_training() -> None:
     assert small is problem and same == list(range(6))
 
 
+@pytest.mark.reference
 def test_sentence_ranker_is_the_encoder_cosine() -> None:
     pytest.importorskip("sentence_transformers")
     from dgn.sentence.encoder import encode_texts, load_sentence_model

@@ -21,6 +21,7 @@ def _random_runs(seed: int, n_runs: int = 3, queries: int = 12) -> list[dict[str
     ]
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize(("ours", "theirs"), [
     ("rrf", "rrf"), ("combsum", "sum"), ("combmnz", "mnz"), ("borda", "bordafuse"),
 ])

@@ -256,11 +256,16 @@ def test_finetune_errors(
         assert _run(args, monkeypatch, cache) == 2
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and needle in err, err
-    with pytest.raises(SystemExit) as exc:
-        _run([*base, "--output_dir", tmp_path / "o", "--loss", "ndcg"], monkeypatch, cache)
-    assert exc.value.code == 2
-    with pytest.raises(SystemExit):
-        _run([*base, "--output_dir", tmp_path / "o", "--sparse_weight", "-1"], monkeypatch, cache)
+    # argparse's errors: exit status 2 and the usage, then the one line naming the option
+    for option, needle in (
+        (["--loss", "ndcg"], "argument --loss: invalid choice: 'ndcg' (choose from 'soft_ce', 'approx_ndcg', 'sparse_ce')"),
+        (["--sparse_weight", "-1"], "argument --sparse_weight/--sparse-weight: expected a finite number >= 0, got -1"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            _run([*base, "--output_dir", tmp_path / "o", *option], monkeypatch, cache)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.splitlines()[-1] == f"dgn finetune: error: {needle}", err
     assert not (tmp_path / "o").exists()
 
 

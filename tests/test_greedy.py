@@ -195,6 +195,7 @@ def test_numpy_input_and_step_gains():
     assert math.isinf(float(out.step_gains[1, out.indices[0]]))
 
 
+@pytest.mark.reference
 def test_matches_apricot_feature_based_selection():
     apricot = pytest.importorskip("apricot")
     rng = np.random.default_rng(6)

@@ -274,6 +274,7 @@ def ranx_scores():
     return problems, scores
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize("k", [None, *RANX_KS])
 def test_graded_metrics_match_ranx(ranx_scores, k):
     problems, scores = ranx_scores
@@ -294,6 +295,7 @@ def test_graded_metrics_match_ranx(ranx_scores, k):
             )
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize("k", RANX_KS)
 def test_recall_and_precision_match_ranx(ranx_scores, k):
     problems, scores = ranx_scores

@@ -43,7 +43,7 @@ def test_config_validation(field, value, match):
 
 
 def test_config_is_frozen():
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match="cannot assign to field 'tau'"):
         DGNConfig().tau = 2.0  # type: ignore[misc]
 
 

@@ -10,6 +10,7 @@ written here in plain Python, and that an invalid one raises the documented Valu
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,11 @@ FAST = settings(max_examples=40, deadline=None)
 FEW = settings(max_examples=20, deadline=None)
 EACH = settings(max_examples=5, deadline=None)  # per parametrized case
 NEG_INF = float("-inf")
+
+
+def _shape(*dims: int) -> str:
+    """A shape as the error messages print it, escaped for a regex: ``\\(2, 3\\)``."""
+    return re.escape(str(tuple(dims)))
 
 
 def _close(a: float, b: float, tol: float = 1e-9) -> bool:
@@ -268,7 +274,8 @@ def test_greedy_degenerate_shapes(B: int, N: int, E: int, k: int, name: str, met
     assert bool(torch.isfinite(sel.gains).all())
 
 
-def _invalid_greedy_call(draw: st.DrawFn, case: str) -> Callable[[], Any]:
+def _invalid_greedy_call(draw: st.DrawFn, case: str) -> tuple[Callable[[], Any], str]:
+    """The call of ``case`` and a regex of the error message it must raise."""
     B = draw(st.integers(1, 3))
     N = draw(st.integers(1, 5))
     E = draw(st.integers(1, 3))
@@ -281,30 +288,55 @@ def _invalid_greedy_call(draw: st.DrawFn, case: str) -> Callable[[], Any]:
     k_negative = draw(st.integers(-5, -1))
     method = draw(st.sampled_from(["naive", "lazy"]))
     name = draw(st.sampled_from(["sqrt", "log1p", "facility"]))
-    calls: dict[str, Callable[[], Any]] = {
-        "nonfinite": lambda: greedy_select(nonfinite, 2, name, method=method),
-        "negative": lambda: greedy_select(negative, 2, "sqrt", method=method),
-        "rank1": lambda: greedy_select(H[0, 0], 2, method=method),
-        "rank4": lambda: greedy_select(H.unsqueeze(0), 2, method=method),
-        "list": lambda: greedy_select(H.tolist(), 2, method=method),
-        "string_array": lambda: greedy_select(np.array([["a", "b"]]), 1, method=method),
-        "complex": lambda: greedy_select(H.to(torch.complex128), 2, method=method),
-        "k_negative": lambda: greedy_select(H, k_negative, method=method),
-        "k_float": lambda: greedy_select(H, 2.0, method=method),  # type: ignore[arg-type]
-        "k_bool": lambda: greedy_select(H, True, method=method),  # type: ignore[arg-type]
-        "k_str": lambda: greedy_select(H, "2", method=method),  # type: ignore[arg-type]
-        "method": lambda: greedy_select(H, 2, method="fast"),  # type: ignore[arg-type]
-        "objective_name": lambda: greedy_select(H, 2, "cube", method=method),
-        "objective_type": lambda: greedy_select(H, 2, 3, method=method),  # type: ignore[arg-type]
-        "mask_shape": lambda: greedy_select(H, 2, mask=torch.ones(B, N + 1, dtype=torch.bool)),
-        "mask_float": lambda: greedy_select(H, 2, mask=torch.full((B, N), 0.5)),
-        "mask_int2": lambda: greedy_select(H, 2, mask=torch.full((B, N), 2)),
-        "mask_list": lambda: greedy_select(H, 2, mask=[[True] * N] * B),
-        "modular_nan": lambda: greedy_select(H, 2, modular=torch.full((B, N), math.nan)),
-        "modular_shape": lambda: greedy_select(H, 2, modular=torch.zeros(B + 1, N)),
-        "initial_float": lambda: greedy_select(H, 2, initial=torch.zeros(B, N)),
-        "step_gains_lazy": lambda: greedy_select(H, 2, method="lazy", return_step_gains=True),
-        "weights_size": lambda: greedy_select(H, 2, SCMM(weights=[1.0] * (E + 1)), method=method),
+    features = _shape(B, N, E)
+    calls: dict[str, tuple[Callable[[], Any], str]] = {
+        "nonfinite": (lambda: greedy_select(nonfinite, 2, name, method=method),
+                      rf"^features contains NaN or inf values \(Tensor of shape {features} and dtype torch\.float64\)$"),
+        "negative": (lambda: greedy_select(negative, 2, "sqrt", method=method),
+                     r"^features must be nonnegative for a sum-of-concave objective, got minimum -\d"),
+        "rank1": (lambda: greedy_select(H[0, 0], 2, method=method),
+                  rf"^features must have shape \(N, E\) or \(B, N, E\), got Tensor of shape {_shape(E)} and dtype"),
+        "rank4": (lambda: greedy_select(H.unsqueeze(0), 2, method=method),
+                  rf"^features must have shape \(N, E\) or \(B, N, E\), got Tensor of shape {_shape(1, B, N, E)} and"),
+        "list": (lambda: greedy_select(H.tolist(), 2, method=method),
+                 r"^features must be a torch\.Tensor or numpy array, got list$"),
+        "string_array": (lambda: greedy_select(np.array([["a", "b"]]), 1, method=method),
+                         r"^features must be numeric, got ndarray of shape \(1, 2\) and dtype <U1$"),
+        "complex": (lambda: greedy_select(H.to(torch.complex128), 2, method=method),
+                    rf"^features must be real, got Tensor of shape {features} and dtype torch\.complex128$"),
+        "k_negative": (lambda: greedy_select(H, k_negative, method=method),
+                       rf"^k must be an integer >= 0, got {k_negative}$"),
+        "k_float": (lambda: greedy_select(H, 2.0, method=method),  # type: ignore[arg-type]
+                    r"^k must be an integer >= 0, got 2\.0 \(float\)$"),
+        "k_bool": (lambda: greedy_select(H, True, method=method),  # type: ignore[arg-type]
+                   r"^k must be an integer >= 0, got True \(bool\)$"),
+        "k_str": (lambda: greedy_select(H, "2", method=method),  # type: ignore[arg-type]
+                  r"^k must be an integer >= 0, got '2' \(str\)$"),
+        "method": (lambda: greedy_select(H, 2, method="fast"),  # type: ignore[arg-type]
+                   r"^method must be 'naive' or 'lazy', got 'fast'$"),
+        "objective_name": (lambda: greedy_select(H, 2, "cube", method=method),
+                           r"^unknown concave function 'cube'; known: exp, log1p, pow, saturate, sqrt$"),
+        "objective_type": (lambda: greedy_select(H, 2, 3, method=method),  # type: ignore[arg-type]
+                           r"^objective must be an Objective or a name \(exp, log1p, pow, saturate, sqrt, facility\), got int$"),
+        "mask_shape": (lambda: greedy_select(H, 2, mask=torch.ones(B, N + 1, dtype=torch.bool)),
+                       rf"^mask must have shape {_shape(B, N)}, got Tensor of shape {_shape(B, N + 1)} and dtype torch\.bool$"),
+        "mask_float": (lambda: greedy_select(H, 2, mask=torch.full((B, N), 0.5)),
+                       rf"^mask must be boolean \(or 0/1 integers\), got Tensor of shape {_shape(B, N)} and dtype torch\.float32$"),
+        "mask_int2": (lambda: greedy_select(H, 2, mask=torch.full((B, N), 2)),
+                      rf"^mask must be boolean \(or 0/1 integers\), got Tensor of shape {_shape(B, N)} and dtype torch\.int64$"),
+        "mask_list": (lambda: greedy_select(H, 2, mask=[[True] * N] * B),
+                      rf"^mask must be a bool tensor of shape {_shape(B, N)}, got list$"),
+        "modular_nan": (lambda: greedy_select(H, 2, modular=torch.full((B, N), math.nan)),
+                        r"^modular contains NaN or inf values$"),
+        "modular_shape": (lambda: greedy_select(H, 2, modular=torch.zeros(B + 1, N)),
+                          rf"^modular must have shape {_shape(B, N)}, got Tensor of shape {_shape(B + 1, N)} and"),
+        # (the message is the shared mask check's, which names the argument 'mask')
+        "initial_float": (lambda: greedy_select(H, 2, initial=torch.zeros(B, N)),
+                          rf"must be boolean \(or 0/1 integers\), got Tensor of shape {_shape(B, N)} and dtype torch\.float32$"),
+        "step_gains_lazy": (lambda: greedy_select(H, 2, method="lazy", return_step_gains=True),
+                            r"^return_step_gains needs method='naive' \(lazy greedy skips evaluations\)$"),
+        "weights_size": (lambda: greedy_select(H, 2, SCMM(weights=[1.0] * (E + 1)), method=method),
+                         rf"^objective has {E + 1} feature weights but features have E={E}$"),
     }
     return calls[case]
 
@@ -321,8 +353,8 @@ GREEDY_CASES = [
 @EACH
 @given(data=st.data())
 def test_greedy_invalid_input_raises_value_error(case: str, data: st.DataObject) -> None:
-    call = _invalid_greedy_call(data.draw, case)
-    with pytest.raises(ValueError):
+    call, message = _invalid_greedy_call(data.draw, case)
+    with pytest.raises(ValueError, match=message):
         call()
 
 
@@ -375,7 +407,13 @@ def test_objective_value_rejects_bad_sets(N: int, bad: float, name: str, kind: s
         "none": None,
         "strings": ["x"] * N,
     }[kind]
-    with pytest.raises(ValueError):
+    message = {
+        "value": r"^selected must be a bool set or finite, nonnegative weights$",
+        "shape": rf"^selected must have shape {_shape(1, N)}, got {_shape(1, N + 1)}$",
+        "none": rf"^selected must be a {_shape(1, N)} bool set or nonnegative weights, got NoneType$",
+        "strings": rf"^selected must be a {_shape(1, N)} bool set or nonnegative weights, got list$",
+    }[kind]
+    with pytest.raises(ValueError, match=message):
         obj.value(H, selected)
 
 
@@ -484,7 +522,17 @@ def test_soft_greedy_invalid_input_raises_value_error(case: str, B: int, N: int)
         args["features"] = H * math.nan
     else:
         args["k"] = -1
-    with pytest.raises(ValueError):
+    tau_message = {"tau_zero": "0.0", "tau_negative": "-1.0", "tau_nan": "nan", "tau_inf": "inf"}
+    message = {
+        "no_candidates": r"^soft_greedy_select needs at least one candidate \(got N = 0\)$",
+        **{c: rf"^tau must be a finite number > 0, got {re.escape(v)}$" for c, v in tau_message.items()},
+        "tau_none": r"^tau must be a positive number, got None$",
+        "relaxation": r"^relaxation must be one of \('soft', 'straight_through'\), got 'gumbel'$",
+        "negative": r"^features must be nonnegative for a sum-of-concave objective, got minimum -\d",
+        "nan": rf"^features contains NaN or inf values \(Tensor of shape {_shape(B, N, 2)} and dtype torch\.float32\)$",
+        "k": r"^k must be an integer >= 0, got -1$",
+    }[case]
+    with pytest.raises(ValueError, match=message):
         soft_greedy_select(**args)
 
 
@@ -615,7 +663,22 @@ def test_losses_invalid_input_raises_value_error(
         states = states.tolist()  # type: ignore[assignment]
     else:
         gold = gold.tolist()  # type: ignore[assignment]
-    with pytest.raises(ValueError):
+    indices_range = rf"^indices must be candidate indices in \[0, {N}\) or -1 for no pick$"
+    message = {
+        "nan": r"^states contain NaN or \+inf values$",
+        "posinf": r"^states contain NaN or \+inf values$",
+        "rank": rf"^states must have shape \(B, K, N\), got {_shape(K, N)}$",
+        "gold_shape": rf"^gold must have shape {_shape(B, N)}, got {_shape(B, N + 1)}$",
+        "index_high": indices_range,
+        "index_low": indices_range,
+        "index_float": rf"^indices must be an integer tensor, got tensor of shape {_shape(B, K)} and dtype torch\.float64$",
+        "index_shape": rf"^indices must have shape {_shape(B, K)}, got {_shape(B, K + 1)}$",
+        "relevance": r"^relevance must be finite and nonnegative$",
+        "reduction": r"^reduction must be 'none', 'mean' or 'sum', got 'avg'$",
+        "list": r"^states must be a floating-point tensor, got list$",
+        "gold_list": r"^gold must be a real tensor, got list$",
+    }[case]
+    with pytest.raises(ValueError, match=message):
         fn(states, gold, **kwargs)
 
 
@@ -716,7 +779,10 @@ def test_metrics_invalid_input_raises_value_error(
     gold = [[0]] + gold
     ranking = ranking + [0, 1]  # a valid ranking can be made invalid by one entry
     ranking = list(dict.fromkeys(ranking))
+    top = max(ranking)  # the highest candidate the ranking picks
     rel: list[float] | None = relevance
+    if rel is not None and len(rel) <= top:  # the appended picks need entries too: one defect per case
+        rel = rel + [0.0] * (top + 1 - len(rel))
     kwargs: dict[str, Any] = {}
     rankings: Any = [ranking]
     golds: Any = [gold]
@@ -738,7 +804,7 @@ def test_metrics_invalid_input_raises_value_error(
     elif case == "gold_negative":
         golds = [[[0, -3]]]
     elif case.startswith("relevance"):
-        rel = [1.0] * (max(ranking) + 1)
+        rel = [1.0] * (top + 1)
         if case == "relevance_nan":
             rel[0] = math.nan
         elif case == "relevance_negative":
@@ -759,7 +825,28 @@ def test_metrics_invalid_input_raises_value_error(
         kwargs["ks"] = 5
     else:
         kwargs["names"] = None
-    with pytest.raises(ValueError):
+    pick = r"^problem 0: ranking\[\d+\] must be "
+    message = {
+        "duplicate": r"^problem 0: ranking\[\d+\] repeats candidate \d+; picks must be distinct$",
+        "below_minus_one": pick + r"a candidate index >= 0 \(or -1 for no pick\), got -2$",
+        "float": pick + r"an integer candidate index, got float 1\.0$",
+        "bool": pick + r"an integer candidate index, got bool True$",
+        "string": r"^problem 0: ranking must be a sequence of candidate indices, got str$",
+        "nested": pick + r"an integer candidate index, got list \[3\]$",
+        "gold_flat": r"^problem 0: gold\[0\] must be a list of candidate indices, got int 0; gold is a list of alternative sets",
+        "gold_negative": r"^problem 0: gold\[0\]\[1\] must be a candidate index >= 0, got -3$",
+        "relevance_nan": r"^problem 0: relevance\[0\] must be finite and >= 0, got nan$",
+        "relevance_negative": rf"^problem 0: relevance\[{top}\] must be finite and >= 0, got -0\.5$",
+        "relevance_short": rf"^problem 0: ranking picks candidate {top} but relevance has only {top} entries",
+        "k_zero": r"^each of ks must be a positive int, got 0$",
+        "k_float": r"^each of ks must be a positive int, got 2\.5$",
+        "zero_division": r"^zero_division must be a number in \[0, 1\], got 1\.5$",
+        "lengths": r"^golds has more entries than rankings \(1\)$",
+        "rankings_none": r"^rankings must be an iterable with one entry per problem, got NoneType$",
+        "ks_int": r"^ks must be a sequence of positive ints, got int$",
+        "names_none": r"^names must be a sequence of metric names, got NoneType$",
+    }[case]
+    with pytest.raises(ValueError, match=message):
         evaluate_rankings(rankings, golds, None if rel is None else [rel], **kwargs)
 
 
@@ -797,7 +884,11 @@ def test_encoder_settings_are_checked(
     if min(sizes) > 0 and 0.0 <= dropout < 1.0:
         assert cls(*sizes, dropout=dropout).out_features == sizes[2]
     else:
-        with pytest.raises(ValueError):
+        bad = [(name, v) for name, v in zip(("in_features", "hidden_features", "out_features"), sizes, strict=True)
+               if v <= 0]
+        message = (rf"^{bad[0][0]} must be a positive integer, got {bad[0][1]}$" if bad
+                   else rf"^dropout must be in \[0, 1\), got {re.escape(repr(dropout))}$")
+        with pytest.raises(ValueError, match=message):
             cls(*sizes, dropout=dropout)
 
 
@@ -863,7 +954,18 @@ def test_dgn_invalid_input_raises_value_error(case: str, train: bool, B: int, N:
         kwargs["steps"] = -1
     else:
         X = X.tolist()
-    with pytest.raises(ValueError):
+    nonfinite = rf"^features contains NaN or inf values \(Tensor of shape {_shape(B, N, 3)} and dtype torch\.float32\)$"
+    message = {
+        "features_width": r"^features have F=4 but the model expects in_features=3$",
+        "nan": nonfinite,
+        "inf": nonfinite,
+        "rank": r"^features must have shape \(N, E\) or \(B, N, E\), got Tensor of shape \(3,\) and dtype",
+        "mask_shape": rf"^mask must have shape {_shape(B, N)}, got Tensor of shape {_shape(B, N + 1)} and dtype torch\.bool$",
+        "mask_float": rf"^mask must be boolean \(or 0/1 integers\), got Tensor of shape {_shape(B, N)} and dtype torch\.float32$",
+        "steps_negative": r"^k must be an integer >= 0, got -1$",  # steps is greedy's k
+        "list": r"^features must be a torch\.Tensor or numpy array, got list$",
+    }[case]
+    with pytest.raises(ValueError, match=message):
         model(X, **kwargs)
 
 
@@ -914,8 +1016,13 @@ def test_regression_straight_through_pick_at_a_tiny_temperature_is_the_logits_ar
 
 def test_regression_objective_values_of_edge_sets() -> None:
     assert FacilityLocation().value(torch.zeros(0, 2), torch.zeros(0, dtype=torch.bool)) == 0
-    for selected in (None, torch.tensor([-1.0, 0.0]), torch.tensor([math.nan, 1.0])):
-        with pytest.raises(ValueError):
+    weights = r"^selected must be a bool set or finite, nonnegative weights$"
+    for selected, message in (
+        (None, r"^selected must be a \(1, 2\) bool set or nonnegative weights, got NoneType$"),
+        (torch.tensor([-1.0, 0.0]), weights),
+        (torch.tensor([math.nan, 1.0]), weights),
+    ):
+        with pytest.raises(ValueError, match=message):
             SCMM().value(torch.ones(2, 2), selected)
 
 
@@ -923,7 +1030,8 @@ def test_regression_losses_edge_inputs() -> None:
     empty = torch.zeros(2, 3, 0)
     assert layerwise_cross_entropy(empty, torch.zeros(2, 0, dtype=torch.bool)).item() == 0.0
     states = torch.zeros(1, 1, 2, dtype=torch.float64)
-    with pytest.raises(ValueError):  # N itself is out of range, not "no pick"
+    # N itself is out of range, not "no pick"
+    with pytest.raises(ValueError, match=r"^indices must be candidate indices in \[0, 2\) or -1 for no pick$"):
         layerwise_cross_entropy(states, torch.ones(1, 2, dtype=torch.bool), torch.tensor([[2]]))
     tiny = torch.tensor([[2e-311, 2e-311]], dtype=torch.float64)  # subnormal total relevance
     assert soft_label_cross_entropy(states, tiny).item() == pytest.approx(math.log(2.0))
@@ -933,7 +1041,7 @@ def test_regression_graded_metrics_at_extreme_grades() -> None:
     assert 0.0 < ndcg_at_k([1, 0], [2000.0, 1000.0], gain="exp") < 1.0  # 2**2000 overflows
     assert ndcg_at_k([0], [1e-20], gain="exp") == 1.0  # 2**1e-20 - 1 rounds to 0
     assert ndcg_at_k([0, 1, 2], [1e308] * 3) == 1.0  # the DCG sum overflows
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^rankings must be an iterable with one entry per problem, got NoneType$"):
         evaluate_rankings(None, [])  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^precision must be a number in \[0, 1\] \(or NaN\), got 1\.5$"):
         dgn.metrics.f1_from_precision_recall(1.5, 0.5)

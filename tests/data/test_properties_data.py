@@ -152,7 +152,7 @@ def _check_round_trip(path: Path, items: list[Any], write: Callable[..., int],
         assert write(path, items) == len(items)
         assert list(read(path)) == items
     else:  # refused, and the old file is left as it was
-        with pytest.raises(DataError):
+        with pytest.raises(DataError, match="holds a surrogate pair as two code points, which JSON cannot keep apart"):
             write(path, items)
         assert path.read_text(encoding="utf-8") == "old\n"
 
@@ -647,7 +647,7 @@ def test_tokenize_ascii_fast_path_agrees_with_the_unicode_path(text: str) -> Non
 @FEW
 @given(value=st.one_of(st.none(), st.integers(), st.binary(max_size=4), st.lists(SHORT)))
 def test_tokenize_rejects_non_strings(value: Any) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=f"^tokenize expects a str, got {type(value).__name__}$"):
         tokenize(value)
 
 
@@ -711,7 +711,18 @@ def test_pairwise_features_reject_bad_inputs(case: str, which: Callable[..., Any
         candidates = {"cands_str": "a b", "cands_none": None, "cands_int": 3}[case]
     else:
         candidates = ["a", {"cand_none": None, "cand_bytes": b"a", "cand_int": 1}[case]]
-    with pytest.raises(DgnUserError):
+    message = {
+        "query_none": "query must be a str, got NoneType",
+        "query_bytes": "query must be a str, got bytes",
+        "query_list": "query must be a str, got list",
+        "cands_str": "candidates must be a list of strings, got a single string",
+        "cands_none": "candidates must be a list of strings, got NoneType",
+        "cands_int": "candidates must be a list of strings, got int",
+        "cand_none": "text 1 is NoneType, expected str",
+        "cand_bytes": "text 1 is bytes, expected str",
+        "cand_int": "text 1 is int, expected str",
+    }[case]
+    with pytest.raises(DgnUserError, match=f"^{message}$"):
         which(query, candidates, vectors)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 from collections.abc import Iterator
@@ -62,10 +63,10 @@ def test_build_then_reload_without_building(tmp_path: Path, data_file: Path) -> 
     np.testing.assert_array_equal(feats[-1], arrays[-1])
     np.testing.assert_array_equal(feats.sizes, [3, 1, 0, 5, 2])
     assert feats.index_of("p3") == 3
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match="^problem index 5 out of range for 5 problems$"):
         feats[5]
-    with pytest.raises(ValueError):
-        feats[0][0, 0] = 1.0  # read-only
+    with pytest.raises(ValueError, match="read-only"):
+        feats[0][0, 0] = 1.0
     # The .npy file is a plain numpy file.
     raw = np.load(feats.path / "features.npy", mmap_mode="r")
     np.testing.assert_array_equal(raw, np.concatenate(arrays))
@@ -90,11 +91,55 @@ def test_key_depends_on_settings_and_content(tmp_path: Path, data_file: Path) ->
     assert cache.key(other, SETTINGS) == k1  # same content, other name
     other.write_text("changed\n")
     assert cache.key(other, SETTINGS) != k1
-    assert file_sha256(data_file) == file_sha256(data_file)
     with pytest.raises(DataError, match="not found"):
         cache.key(tmp_path / "missing.jsonl", SETTINGS)
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match="settings must be JSON-serialisable: Object of type object"):
         cache.key(data_file, {"bad": object()})
+
+
+def test_file_sha256_is_the_digest_of_the_bytes(tmp_path: Path) -> None:
+    """file_sha256 against hashlib over the whole file read here, with reads in chunks
+    smaller than, equal to and larger than the file, and for an empty file."""
+    blob = bytes(range(256)) * 37 + b"tail"  # 9476 bytes
+    for chunk_size in (1, 7, 4096, len(blob), 1 << 20):
+        path = tmp_path / f"blob-{chunk_size}.bin"  # a new path each time: no memoised digest
+        path.write_bytes(blob)
+        assert file_sha256(path, chunk_size=chunk_size) == hashlib.sha256(blob).hexdigest()
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    assert file_sha256(empty) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+def test_cache_records_the_data_hash_and_follows_the_file(tmp_path: Path, data_file: Path) -> None:
+    """The 'complete' marker records the data file's SHA-256, checked against hashlib over
+    the bytes; the cache is reused while the file is unchanged, rebuilt when it changes
+    (recording the new digest), and the first cache is reused again once the old
+    content is back."""
+    cache = FeatureCache(tmp_path / "cache")
+    original = data_file.read_bytes()
+    first = cache.get_or_build(data_file, SETTINGS, Builder(_arrays(0)), progress=False)
+    meta = json.loads((first.path / "complete").read_text())
+    assert meta["data"]["sha256"] == hashlib.sha256(original).hexdigest()
+    assert meta["data"]["size"] == len(original)
+
+    unchanged = Builder(_arrays(1))
+    assert cache.get_or_build(data_file, SETTINGS, unchanged, progress=False).path == first.path
+    assert unchanged.calls == 0
+
+    changed = original.replace(b'"p4"', b'"p4-edited"')
+    data_file.write_bytes(changed)
+    rebuild = Builder(_arrays(1))
+    second = cache.get_or_build(data_file, SETTINGS, rebuild, progress=False)
+    assert rebuild.calls == 1 and second.path != first.path
+    assert json.loads((second.path / "complete").read_text())["data"]["sha256"] == hashlib.sha256(changed).hexdigest()
+    np.testing.assert_array_equal(second[0], _arrays(1)[0])
+    assert cache.load(data_file, SETTINGS).path == second.path
+
+    data_file.write_bytes(original)
+    back = Builder(_arrays(2))
+    again = cache.get_or_build(data_file, SETTINGS, back, progress=False)
+    assert back.calls == 0 and again.path == first.path
+    np.testing.assert_array_equal(again[0], _arrays(0)[0])
 
 
 def test_different_settings_build_separately(tmp_path: Path, data_file: Path) -> None:
@@ -138,7 +183,7 @@ def test_killed_build_leftovers_are_ignored(tmp_path: Path, data_file: Path) -> 
     np.testing.assert_array_equal(feats[0], _arrays()[0])
     # A corrupted complete cache is rebuilt too.
     (final / "offsets.npy").write_bytes(b"junk")
-    with pytest.raises(DataError):
+    with pytest.raises(DataError, match="corrupt feature cache"):
         CachedFeatures(final)
     rebuild = Builder(_arrays())
     cache.get_or_build(data_file, SETTINGS, rebuild, progress=False)
@@ -168,8 +213,11 @@ def test_bad_build_output(tmp_path: Path, data_file: Path) -> None:
 
 
 def test_empty_and_progress(
-    tmp_path: Path, data_file: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, data_file: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # An earlier test that ran the dgn command in this process (stderr captured, no
+    # terminal) has turned bars off for the rest of the process: this one needs them.
+    monkeypatch.setattr("dgn._progress._ENABLED", True)
     cache = FeatureCache(tmp_path / "cache")
     empty = cache.get_or_build(data_file, {"empty": True}, lambda: iter([]), progress=False)
     assert len(empty) == 0 and empty.num_rows == 0

@@ -43,9 +43,9 @@ def test_features_equal_q_times_s(vectors: WordVectors) -> None:
 def test_features_edge_cases(vectors: WordVectors) -> None:
     assert claim_sentence_features("cat", [], vectors).shape == (0, 6)
     np.testing.assert_array_equal(claim_sentence_features("zzz", ["cat"], vectors), 0)
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match="^candidates must be a list of strings, got a single string$"):
         claim_sentence_features("cat", "cat sat", vectors)
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match="^query must be a str, got NoneType$"):
         claim_sentence_features(None, ["cat"], vectors)  # type: ignore[arg-type]
 
 

@@ -56,7 +56,7 @@ def test_unescape_fever() -> None:
 
 
 def test_tokenize_rejects_non_string() -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="^tokenize expects a str, got NoneType$"):
         tokenize(None)  # type: ignore[arg-type]
 
 

@@ -72,13 +72,13 @@ def test_edge_cases() -> None:
     np.testing.assert_array_equal(scorer.score("...", ["!!", ""]), [0.0, 0.0])
     fitted = TfidfScorer().fit(CORPUS)
     np.testing.assert_array_equal(fitted.score("zzz qqq", CORPUS[:2]), [0.0, 0.0])
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match="^fit expects a list of texts, got a single string$"):
         TfidfScorer().fit("a single string")
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match="^cannot fit TF-IDF: empty vocabulary"):
         TfidfScorer().fit(["", "..."])
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match="^candidates must be a list of strings, got a single string$"):
         scorer.score("q", "not a list")
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match=r"^ngram_range must be \(lo, hi\) with 1 <= lo <= hi, got \(2, 1\)$"):
         TfidfScorer(ngram_range=(2, 1))
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match=r"^TfidfScorer is not fitted; call fit\(texts\) first$"):
         TfidfScorer().transform(["x"])

@@ -44,8 +44,8 @@ def test_load_tiny_vec(tmp_path: Path) -> None:
     assert "cat" in wv and "bird" not in wv and 3 not in wv
     assert wv.get("bird") is None
     assert not wv.subword
-    with pytest.raises(ValueError):
-        wv.matrix[0, 0] = 5.0  # read-only
+    with pytest.raises(ValueError, match="read-only"):
+        wv.matrix[0, 0] = 5.0
 
 
 def test_load_gz_trailing_spaces_blank_lines_and_max_words(tmp_path: Path) -> None:
@@ -148,13 +148,13 @@ def test_missing_empty_and_corrupt_files(tmp_path: Path) -> None:
 
 def test_bad_arguments(tmp_path: Path) -> None:
     p = _write(tmp_path, "tiny.vec", TINY_VEC)
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match="^max_words must be a positive integer or None, got 0$"):
         WordVectors.load(p, max_words=0)
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match="^expected_dim must be a positive integer or None, got -3$"):
         WordVectors.load(p, expected_dim=-3)
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match="^matrix has 2 rows but 1 words were given$"):
         WordVectors(["a"], np.zeros((2, 3)))
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match="^word vector matrix contains NaN or inf values$"):
         WordVectors(["a"], np.array([[np.nan]]))
 
 
@@ -185,7 +185,7 @@ def test_embed_texts_mean_pooling(tmp_path: Path) -> None:
     np.testing.assert_array_equal(out[2], 0)
     np.testing.assert_array_equal(out[3], 0)
     assert embed_texts([], wv).shape == (0, 3)
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match="^embed_texts expects a list of texts, got a single string$"):
         embed_texts("a single string", wv)
 
 
@@ -247,7 +247,7 @@ def test_training_errors(tmp_path: Path) -> None:
         train_fasttext_vectors(["", "..."], tmp_path / "m.bin", bucket=10)
     with pytest.raises(DgnUserError, match="fastText training failed"):
         train_fasttext_vectors(["a b"], tmp_path / "m.bin", min_count=5, dim=4, bucket=10)
-    with pytest.raises(DgnUserError):
+    with pytest.raises(DgnUserError, match="^dim must be a positive integer, got 0$"):
         train_fasttext_vectors(["a b"], tmp_path / "m.bin", dim=0)
     assert not (tmp_path / "m.bin").exists()
     assert list(tmp_path.iterdir()) == []  # temp dirs cleaned up
