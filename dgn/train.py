@@ -263,7 +263,9 @@ def ranked(
     forward: Callable[[DGN, torch.Tensor, torch.Tensor, int], Any] | None = None,
 ) -> Iterator[tuple[int, list[int], list[float]]]:
     """Stream :func:`rank`'s picks with their scores: ``(i, picks, scores)`` for the ``i``-th
-    problem of ``data``, in file order, each batch ranked by :func:`rank_batch`."""
+    problem of ``data``, in file order. A DGN's scores are the picks' marginal gains; an
+    encoder scorer's, their logits. Each batch is ranked by :func:`rank_batch`, which
+    ``forward`` is passed to."""
     for batch in data.batches(batch_size):
         for i, (picks, scores) in zip(batch.index.tolist(), rank_batch(model, batch.features, batch.mask, k, forward),
                                       strict=True):
