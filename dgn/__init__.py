@@ -5,8 +5,9 @@ greedy, and the Differentiable Greedy Network (Powers et al., 2018): greedy unfo
 K layers with a relaxed argmax for training and the exact argmax at test time.
 
 ``import dgn`` stays light: the names below that need torch (the model, greedy, losses,
-objectives, encoders) are imported on first use, and data adapters, features and the
-command line import their heavier dependencies only when used. So ``dgn data ...`` and
+objectives, encoders, and :func:`dgn.load`, which reads any trained model as a
+:class:`~dgn.selector.Selector`) are imported on first use, and data adapters, features
+and the command line import their heavier dependencies only when used. So ``dgn data ...`` and
 ``dgn evaluate`` start without loading torch.
 """
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     )
     from dgn.model import DGN, DGNConfig, DGNOutput
     from dgn.objectives import SCMM, FacilityLocation, Objective, concave
+    from dgn.selector import Selector, TextSelection, load
 
 #: Public name -> the module that defines it (imported on first access).
 _LAZY = {
@@ -63,6 +65,9 @@ _LAZY = {
     "FacilityLocation": "dgn.objectives",
     "Objective": "dgn.objectives",
     "concave": "dgn.objectives",
+    "load": "dgn.selector",
+    "Selector": "dgn.selector",
+    "TextSelection": "dgn.selector",
 }
 
 __all__ = [
@@ -91,6 +96,9 @@ __all__ = [
     "SoftCrossEntropy",
     "ApproxNDCGLoss",
     "LayerwiseApproxNDCG",
+    "load",
+    "Selector",
+    "TextSelection",
     "DgnUserError",
     "DataError",
 ]

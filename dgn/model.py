@@ -390,8 +390,9 @@ class DGN(nn.Module):
 
         Raises:
             DgnUserError: Missing files, a config from another format version or with
-                unknown fields, weights that do not fit the config, or the checkpoint of
-                another model type (:func:`load_model` reads any).
+                unknown fields, weights that do not fit the config, the checkpoint of
+                another model type (:func:`load_model` reads any), or a model trained end
+                to end (:func:`dgn.load` reads every kind).
         """
         return cls._from_checkpoint(*read_checkpoint(directory, map_location), map_location)
 
@@ -453,6 +454,13 @@ def read_checkpoint(
     if not path.is_dir():
         raise DgnUserError(f"{path}: model directory not found")
     if not weights_path.is_file():
+        from dgn.sentence.finetune import is_end_to_end_model
+
+        if is_end_to_end_model(path):
+            raise DgnUserError(
+                f"{path}: a model trained end to end (a sentence encoder under its head), not a "
+                "frozen-feature checkpoint; load any kind with dgn.load(path)"
+            )
         if config_path.is_file():
             raise DgnUserError(f"{weights_path}: model weights missing")
         raise DgnUserError(f"{config_path}: no model config found (is {path} a dgn checkpoint?)")

@@ -31,6 +31,7 @@ __all__ = [
     "read_infos",
     "default_cache_dir",
     "featurizer_for_model",
+    "pad_features",
     "FEATURIZER_KINDS",
 ]
 
@@ -294,6 +295,26 @@ class Batch:
     index: Tensor
 
 
+def pad_features(features: Sequence[np.ndarray], dim: int) -> tuple[Tensor, Tensor]:
+    """Pad per-problem ``(N_i, F)`` feature arrays into one batch.
+
+    Args:
+        features: One ``(N_i, F)`` array per problem (``F == dim``).
+        dim: F (the width of a batch of no problems or only empty ones).
+
+    Returns:
+        ``(X, mask)``: ``X (B, N, F)`` float32, zero on padding, and ``mask (B, N)`` bool,
+        True for real candidates, with ``N = max N_i``.
+    """
+    n_max = max((f.shape[0] for f in features), default=0)
+    X = np.zeros((len(features), n_max, dim), dtype=np.float32)
+    mask = np.zeros((len(features), n_max), dtype=bool)
+    for b, f in enumerate(features):
+        X[b, : f.shape[0]] = f
+        mask[b, : f.shape[0]] = True
+    return torch.from_numpy(X), torch.from_numpy(mask)
+
+
 class SelectionDataset:
     """Problems of one file with their (standardised) features, batched on demand.
 
@@ -352,16 +373,12 @@ class SelectionDataset:
             self.training_candidates(i) if truncate else np.arange(self.infos[i].num_candidates) for i in indices
         ]
         feats = [self.features(i)[keep] if truncate else self.features(i) for i, keep in zip(indices, keeps, strict=True)]
-        n_max = max((f.shape[0] for f in feats), default=0)
-        B, F = len(indices), self.featurizer.dim
-        X = np.zeros((B, n_max, F), dtype=np.float32)
-        mask = np.zeros((B, n_max), dtype=bool)
+        X, mask = pad_features(feats, self.featurizer.dim)
+        B, n_max = mask.shape
         gold = np.zeros((B, n_max), dtype=bool)
         rel = np.zeros((B, n_max), dtype=np.float32)
         for b, (i, f, keep) in enumerate(zip(indices, feats, keeps, strict=True)):
             n = f.shape[0]
-            X[b, :n] = f
-            mask[b, :n] = True
             info = self.infos[i]
             gold_items = {v for group in info.gold for v in group}
             gold[b, :n] = [int(v) in gold_items for v in keep]
@@ -370,8 +387,8 @@ class SelectionDataset:
             else:
                 rel[b, :n] = gold[b, :n]
         return Batch(
-            torch.from_numpy(X),
-            torch.from_numpy(mask),
+            X,
+            mask,
             torch.from_numpy(gold),
             torch.from_numpy(rel),
             torch.as_tensor(list(indices), dtype=torch.long),

@@ -93,18 +93,16 @@ def predict_file(
         return _predict_end_to_end(model_dir, data, output, k=k, batch_size=batch_size, progress=progress)
     import tempfile
 
-    from dgn.fusion.candidates import CandidateStage, stage_from_options
-    from dgn.model import load_model
-    from dgn.pipeline import SelectionDataset, featurizer_for_model
+    from dgn.pipeline import SelectionDataset
+    from dgn.selector import FrozenFeatureSelector
 
-    model = load_model(model_dir)  # in eval mode
-    extra = getattr(model, "extra", None) or {}
-    stage = stage_from_options(top_l, rankers, fusion, (extra.get("featurizer") or {}).get("encoder_model"))
-    if stage is None and extra.get("candidate_stage") is not None:
-        stage = CandidateStage.from_settings(extra["candidate_stage"])
-    featurizer = featurizer_for_model(model, model_dir, vectors=vectors, cache_dir=cache_dir, progress=progress)
+    # The model, its featurizer and candidate stage, loaded as dgn.load loads them.
+    selector = FrozenFeatureSelector.from_pretrained(
+        model_dir, top_l=top_l, rankers=rankers, fusion=fusion, vectors=vectors, cache_dir=cache_dir, progress=progress
+    )
+    model, featurizer, stage = selector.model, selector.featurizer, selector.stage
     if k is None:
-        k = getattr(getattr(model, "config", None), "steps", 7)
+        k = selector.k
     with tempfile.TemporaryDirectory(prefix="dgn-candidates-") as tmp:
         data_path, kept = str(data), None
         if stage is not None:
@@ -135,10 +133,10 @@ def predict_dataset(
         yield Prediction(data.infos[i].id, picks, scores)
 
 
-def _forward(model: DGN, batch: Any, k: int) -> Any:
+def _forward(model: DGN, features: Any, mask: Any, k: int) -> Any:
     """The DGN's picks for one batch; a compiled kernel that cannot be built is a clear error."""
     try:
-        return model(batch.features, batch.mask, steps=k)
+        return model(features, mask, steps=k)
     except DgnUserError:
         raise
     except Exception as error:
@@ -167,13 +165,14 @@ def _predict_end_to_end(
 ) -> tuple[int, int]:
     """Predictions of a model trained end to end (no feature cache: the encoder runs)."""
     from dgn.data import Prediction, read_problems, write_predictions
-    from dgn.sentence import EndToEndSelector, rank_problems
+    from dgn.selector import EndToEndModelSelector
+    from dgn.sentence import ranked_problems
 
-    model = EndToEndSelector.from_pretrained(model_dir)
+    selector = EndToEndModelSelector.from_pretrained(model_dir)  # as dgn.load loads it
     if k is None:
-        k = model.dgn.config.steps if model.dgn is not None else 7
-    top_l = (model.extra.get("finetune_config") or {}).get("top_l")
+        k = selector.k
     problems = list(read_problems(data))
-    rankings = rank_problems(model, problems, k, batch_size=batch_size, top_l=top_l, progress=progress)
-    n = write_predictions(output, (Prediction(p.id, r) for p, r in zip(problems, rankings, strict=True)))
-    return n, k
+    ranked = ranked_problems(selector.model, problems, k, batch_size=batch_size, top_l=selector.top_l,
+                             progress=progress)
+    predictions = (Prediction(p.id, picks, scores) for p, (picks, scores) in zip(problems, ranked, strict=True))
+    return write_predictions(output, predictions), k

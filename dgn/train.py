@@ -40,6 +40,7 @@ __all__ = [
     "LOSSES",
     "training_loss",
     "ranked",
+    "rank_batch",
     "make_optimizer",
     "clip_gradients",
     "train_from_files",
@@ -259,34 +260,69 @@ def ranked(
     data: SelectionDataset,
     k: int,
     batch_size: int = 64,
-    forward: Callable[[DGN, Batch, int], Any] | None = None,
+    forward: Callable[[DGN, torch.Tensor, torch.Tensor, int], Any] | None = None,
 ) -> Iterator[tuple[int, list[int], list[float]]]:
     """Stream :func:`rank`'s picks with their scores: ``(i, picks, scores)`` for the ``i``-th
     problem of ``data``, in file order. A DGN's scores are the picks' marginal gains; an
-    encoder scorer's, their logits. ``forward(model, batch, k)`` replaces the DGN's call
-    ``model(batch.features, batch.mask, steps=k)`` (:func:`dgn.predict.predict_dataset`
-    turns a compiled kernel's build failure into a user error there)."""
+    encoder scorer's, their logits. Each batch is ranked by :func:`rank_batch`, which
+    ``forward`` is passed to."""
+    for batch in data.batches(batch_size):
+        for i, (picks, scores) in zip(batch.index.tolist(), rank_batch(model, batch.features, batch.mask, k, forward),
+                                      strict=True):
+            yield i, picks, scores
+
+
+def rank_batch(
+    model: Model,
+    features: torch.Tensor,
+    mask: torch.Tensor,
+    k: int,
+    forward: Callable[[DGN, torch.Tensor, torch.Tensor, int], Any] | None = None,
+) -> list[tuple[list[int], list[float]]]:
+    """The first ``k`` picks of each problem of one padded batch, with their scores.
+
+    A DGN runs exact hard greedy on its learned objective (``eval()`` mode), and its scores
+    are the picks' marginal gains; an encoder scorer ranks by logit (ties: the lower index
+    first), and its scores are those logits. A problem with fewer than ``k`` candidates
+    gets a shorter list. The model is put in ``eval()`` mode for the call, without
+    gradients, and the batch moved to its device.
+
+    Args:
+        model: A DGN or an encoder scorer.
+        features: ``(B, N, F)`` standardised features, zero on padding.
+        mask: ``(B, N)`` bool, True for real candidates.
+        k: Picks per problem.
+        forward: ``forward(model, features, mask, k)`` replaces the DGN's call
+            ``model(features, mask, steps=k)`` (:func:`dgn.predict.predict_dataset` turns a
+            compiled kernel's build failure into a user error there).
+
+    Returns:
+        One ``(picks, scores)`` pair per problem.
+    """
     was_training = model.training
     model.eval()
+    param = next(model.parameters(), None)
+    if param is not None and features.device != param.device:
+        features, mask = features.to(param.device), mask.to(param.device)
+    out: list[tuple[list[int], list[float]]] = []
     try:
         with torch.no_grad():
-            for batch in data.batches(batch_size):
-                batch = _on_model_device(model, batch)
-                if isinstance(model, DGN):
-                    out = forward(model, batch, k) if forward else model(batch.features, batch.mask, steps=k)
-                    picks, scores = out.indices, out.gains
-                else:
-                    logits = model(batch.features, batch.mask).logits
-                    kk = min(k, logits.shape[1])
-                    # stable descending sort: ties keep the lower index first
-                    order = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :kk]
-                    picks = torch.where(batch.mask.gather(1, order), order, torch.full_like(order, -1))
-                    scores = logits.gather(1, order)
-                for i, row, values in zip(batch.index.tolist(), picks.tolist(), scores.tolist(), strict=True):
-                    keep = [j for j, pick in enumerate(row) if pick >= 0]  # -1: no candidate left
-                    yield i, [row[j] for j in keep], [float(values[j]) for j in keep]
+            if isinstance(model, DGN):
+                result = forward(model, features, mask, k) if forward else model(features, mask, steps=k)
+                picks, scores = result.indices, result.gains
+            else:
+                logits = model(features, mask).logits
+                kk = min(k, logits.shape[1])
+                # stable descending sort: ties keep the lower index first
+                order = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :kk]
+                picks = torch.where(mask.gather(1, order), order, torch.full_like(order, -1))
+                scores = logits.gather(1, order)
+            for row, values in zip(picks.tolist(), scores.tolist(), strict=True):
+                keep = [j for j, pick in enumerate(row) if pick >= 0]  # -1: no candidate left
+                out.append(([row[j] for j in keep], [float(values[j]) for j in keep]))
     finally:
         model.train(was_training)
+    return out
 
 
 def evaluate_model(model: Model, data: SelectionDataset, ks: tuple[int, ...] = (1, 3, 5, 7)) -> dict[str, float]:

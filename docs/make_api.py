@@ -30,15 +30,21 @@ SECTIONS = [
                                   "WordvecBlock", "LexicalBlock", "SentenceBlock"]),
     ("Sentence encoders (the `encoders` extra)", "dgn.sentence",
      ["load_sentence_model", "resolve_model_path", "encode_texts", "pair_features", "EndToEndSelector",
-      "FinetuneConfig", "FinetuneResult", "finetune", "rank_problems", "cut_candidates", "train_end_to_end"]),
-    ("Pipeline and training", "dgn.pipeline", ["Featurizer", "SelectionDataset", "Batch", "featurizer_for_model"]),
+      "FinetuneConfig", "FinetuneResult", "finetune", "rank_problems", "ranked_problems", "cut_candidates",
+      "train_end_to_end"]),
+    ("Pipeline and training", "dgn.pipeline", ["Featurizer", "SelectionDataset", "Batch", "pad_features",
+                                               "featurizer_for_model"]),
     ("", "dgn.train", ["TrainConfig", "TrainResult", "train_model", "training_loss", "load_training_state", "rank", "ranked",
+                       "rank_batch",
                        "evaluate_model", "make_optimizer", "clip_gradients", "train_from_files",
                        "read_run_settings"]),
     ("", "dgn.tune", ["finetune_checkpoint"]),
     ("Explanations", "dgn.explain", ["load_explainable", "explain_problem", "Explanation", "format_explanation",
                                      "plot_explanation"]),
     ("Prediction", "dgn.predict", ["predict_file", "predict_dataset", "COMPILE_MIN_PROBLEMS"]),
+    ("Selecting from raw text", "dgn.selector", ["load", "Selector", "Selector.from_pretrained", "Selector.select",
+                                                 "Selector.select_batch", "TextSelection", "EndToEndModelSelector",
+                                                 "FrozenFeatureSelector"]),
     ("Baselines", "dgn.baselines", ["EncoderScorer", "tfidf_rankings", "TFIDF_CONFIGS", "tfidf_rankings_config",
                                     "select_tfidf_config", "bm25_rankings", "cosine_rankings", "scmm_rankings",
                                     "top_k"]),
@@ -71,11 +77,13 @@ def main() -> None:
         if title:
             out += [f"## {title}", ""]
         for name in names:
-            obj = getattr(module, name)
-            if inspect.isclass(obj) or inspect.isfunction(obj):
+            obj: object = module
+            for part in name.split("."):  # "Class.method" documents a method
+                obj = getattr(obj, part)
+            if inspect.isclass(obj) or inspect.isroutine(obj):
                 kind = "class" if inspect.isclass(obj) else "def"
                 out += [f"### `{module_name}.{name}`", "", "```python",
-                        f"{kind} {name}{_signature(obj)}", "```", ""]
+                        f"{kind} {name.rsplit('.', 1)[-1]}{_signature(obj)}", "```", ""]
                 doc = inspect.getdoc(obj) or ""
                 out += [doc, ""]
             else:

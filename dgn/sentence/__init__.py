@@ -32,6 +32,7 @@ from dgn.sentence.finetune import (
     finetune,
     is_end_to_end_model,
     rank_problems,
+    ranked_problems,
     train_end_to_end,
 )
 
@@ -50,5 +51,6 @@ __all__ = [
     "load_sentence_model",
     "pair_features",
     "rank_problems",
+    "ranked_problems",
     "resolve_model_path",
 ]

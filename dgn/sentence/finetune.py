@@ -65,6 +65,7 @@ __all__ = [
     "finetune",
     "is_end_to_end_model",
     "rank_problems",
+    "ranked_problems",
     "train_end_to_end",
 ]
 
@@ -225,6 +226,9 @@ class EndToEndSelector(nn.Module):
             raise ValueError(f"init must be one of {INITS}, got {init!r}")
         self.init = init
         self.encoder = encoder
+        #: Settings stored beside the weights (:func:`train_end_to_end` records its inputs
+        #: and :class:`FinetuneConfig` there); set by :meth:`from_pretrained`.
+        self.extra: dict[str, Any] = {}
         self.head = head
         self.scale = float(scale)
         self.dim = embedding_dim(encoder)
@@ -427,18 +431,25 @@ class EndToEndSelector(nn.Module):
             state[_FACILITY_KEY] = self.facility.raw_weights.detach().contiguous()
         return state
 
-    def _load_head_state(self, state: dict[str, Tensor]) -> None:
-        """Load what :meth:`_head_state` wrote."""
+    def _load_head_state(self, state: dict[str, Tensor], source: Path) -> None:
+        """Load what :meth:`_head_state` wrote (``source``: the file, for error messages)."""
+        from dgn.model import load_weights
+
         state = dict(state)
         if self.facility is not None:
+            if _FACILITY_KEY not in state:
+                raise DgnUserError(f"{source}: no {_FACILITY_KEY!r} for the facility term")
             with torch.no_grad():
                 self.facility.raw_weights.copy_(state.pop(_FACILITY_KEY))
         head = self.dgn if self.dgn is not None else self.lexical_head
         if head is not None:
-            head.load_state_dict(state)
+            load_weights(head, state, source)
 
     def save_pretrained(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> Path:
-        """Write the encoder (sentence-transformers layout, safetensors) and the head."""
+        """Write the encoder (sentence-transformers layout, safetensors) and the head.
+
+        ``extra``: JSON-ready settings stored in ``selector.json`` (default: ``self.extra``).
+        """
         from safetensors.torch import save
 
         from dgn.data.io import atomic_write
@@ -454,7 +465,7 @@ class EndToEndSelector(nn.Module):
             "lexical": self.lexical,
             "facility": None if self.facility is None else float(self.facility.weights(torch.zeros(1))[1].detach()),
             "dgn_config": None if self.dgn is None else self.dgn.config.to_dict(),
-            "extra": extra or {},
+            "extra": self.extra if extra is None else extra,
         }
         tensors = self._head_state()
         with atomic_write(path / _HEAD_CONFIG) as fh:
@@ -464,29 +475,59 @@ class EndToEndSelector(nn.Module):
         return path
 
     @classmethod
-    def from_pretrained(cls, directory: str | os.PathLike[str]) -> EndToEndSelector:
-        """Load a model written by :meth:`save_pretrained`."""
+    def from_pretrained(
+        cls, directory: str | os.PathLike[str], map_location: str | torch.device = "cpu"
+    ) -> EndToEndSelector:
+        """Load a model written by :meth:`save_pretrained`, in ``eval()`` mode on ``map_location``.
+
+        Raises:
+            DgnUserError: No ``selector.json`` in ``directory``, one that cannot be read or
+                is not an end-to-end model's, or head weights that do not fit it.
+        """
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
+        from dgn.errors import one_line
+        from dgn.model import load_weights
+
         path = Path(directory)
-        if not (path / _HEAD_CONFIG).is_file():
-            raise DgnUserError(f"{path / _HEAD_CONFIG}: not found (is {path} an end-to-end dgn model?)")
-        meta = json.loads((path / _HEAD_CONFIG).read_text(encoding="utf-8"))
-        if meta.get("format") != _FORMAT:
-            raise DgnUserError(f"{path / _HEAD_CONFIG}: field 'format': not an end-to-end dgn model")
+        config_path = path / _HEAD_CONFIG
+        if not config_path.is_file():
+            raise DgnUserError(f"{config_path}: not found (is {path} an end-to-end dgn model?)")
+        try:
+            meta = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DgnUserError(f"{config_path}: cannot read: {one_line(exc)}") from None
+        if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+            raise DgnUserError(f"{config_path}: field 'format': not an end-to-end dgn model")
+        missing = [key for key in ("head", "scale", "dgn_config") if key not in meta]
+        if missing:
+            raise DgnUserError(f"{config_path}: field {missing[0]!r} missing")
         encoder = load_sentence_model(path / _ENCODER_DIR)
-        config = None if meta["dgn_config"] is None else DGNConfig.from_dict(meta["dgn_config"])
+        config = None if meta["dgn_config"] is None else DGNConfig.from_dict(
+            meta["dgn_config"], source=f"{config_path}: field 'dgn_config'")
         model = cls(encoder, meta["head"], config, meta["scale"], meta.get("init", "coverage"),
                     lexical=bool(meta.get("lexical", False)), facility=meta.get("facility"))
-        model._load_head_state(load_file(str(path / _HEAD_WEIGHTS)))
+        try:
+            state = load_file(str(path / _HEAD_WEIGHTS))
+        except (SafetensorError, OSError) as exc:
+            raise DgnUserError(f"{path / _HEAD_WEIGHTS}: cannot read weights: {one_line(exc)}") from None
+        model._load_head_state(state, path / _HEAD_WEIGHTS)
         model.extra = meta.get("extra") or {}
-        return model.eval()
+        return model.to(map_location).eval()
+
+    @property
+    def top_l(self) -> int | None:
+        """The cut prediction applies (:func:`cut_candidates`): the ``top_l`` the model was
+        trained with (``extra["finetune_config"]``, as :func:`train_end_to_end` records it),
+        or None (every candidate)."""
+        value = (self.extra.get("finetune_config") or {}).get("top_l")
+        return None if value is None else int(value)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
 
-@torch.no_grad()
 def rank_problems(
     model: EndToEndSelector,
     problems: Sequence[Any],
@@ -501,13 +542,34 @@ def rank_problems(
     Every text is embedded once (no gradients, length-sorted batches); the head then runs
     on the embeddings problem batch by problem batch. With ``top_l`` only the BM25-best
     ``top_l`` candidates are considered (see :func:`cut_candidates`); picks are indices
-    into the original candidate lists.
+    into the original candidate lists. :func:`ranked_problems` gives their scores too.
+    """
+    ranked = ranked_problems(model, problems, k, batch_size=batch_size, top_l=top_l, progress=progress)
+    return [picks for picks, _ in ranked]
+
+
+@torch.no_grad()
+def ranked_problems(
+    model: EndToEndSelector,
+    problems: Sequence[Any],
+    k: int,
+    *,
+    batch_size: int = 64,
+    top_l: int | None = None,
+    progress: bool = True,
+) -> list[tuple[list[int], list[float]]]:
+    """:func:`rank_problems`'s picks with their scores: ``(picks, scores)`` per problem.
+
+    The DGN head's scores are the picks' marginal gains under its learned objective (hard
+    greedy); the listwise head's, their logits ``scale * cos`` (plus the lexical term).
+    The head runs on the model's device (the embeddings are moved there).
     """
     was_training = model.training
     model.eval()
     cuts = [cut_candidates(p, top_l) for p in problems]
     problems = [c for c, _ in cuts]
-    rankings: list[list[int]] = []
+    device = next(model.parameters()).device
+    rankings: list[tuple[list[int], list[float]]] = []
     try:
         # Embed a chunk of problems at a time (bounded memory on large files), every text once.
         for chunk_start in range(0, len(problems), _RANK_CHUNK):
@@ -526,16 +588,22 @@ def rank_problems(
                     S[b, :n] = emb[offsets[i] + 1 : offsets[i] + 1 + n]
                     mask[b, :n] = True
                 lex = model.lexical_for([part[i].query for i in chunk], [part[i].candidates for i in chunk], N)
+                q, S, mask = q.to(device), S.to(device), mask.to(device)
+                lex = None if lex is None else lex.to(device)
                 if model.dgn is None:
-                    scores = model.score(q, S, mask, lexical=lex)
-                    order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
+                    logits = model.score(q, S, mask, lexical=lex)
+                    order = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :k]
                     picks = torch.where(mask.gather(1, order), order, torch.full_like(order, -1))
+                    scores = logits.gather(1, order)
                 else:
-                    picks = model.score(q, S, mask, steps=k, lexical=lex).indices
-                rankings.extend([i for i in row if i >= 0] for row in picks.tolist())
+                    out = model.score(q, S, mask, steps=k, lexical=lex)
+                    picks, scores = out.indices, out.gains
+                for row, values in zip(picks.tolist(), scores.tolist(), strict=True):
+                    keep = [j for j, pick in enumerate(row) if pick >= 0]  # -1: no candidate left
+                    rankings.append(([row[j] for j in keep], [float(values[j]) for j in keep]))
     finally:
         model.train(was_training)
-    return [[index[i] for i in row] for row, (_, index) in zip(rankings, cuts, strict=True)]
+    return [([index[i] for i in picks], scores) for (picks, scores), (_, index) in zip(rankings, cuts, strict=True)]
 
 
 def cut_candidates(problem: Any, top_l: int | None, keep_gold: bool = False) -> tuple[Any, list[int]]:
