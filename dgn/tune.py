@@ -285,12 +285,13 @@ def finetune_end_to_end(
     except OSError as exc:
         raise DgnUserError(f"cannot create the model directory {out}: {exc.strerror or exc}") from None
     if progress:
-        graded = sum(p.relevance is not None for p in train_problems)
+        usable = [p for p in train_problems if any(p.gold)]  # what finetune trains on
         sparse = f"{config.loss} on the gold"
         what = sparse if config.dense_loss is None else f"{loss} on the grades" + (
             f" + {config.sparse_weight:g} x {sparse}" if config.sparse_weight else "")
-        print(f"fine-tuning the sentence encoder and {model.head} head of {source} end to end on "
-              f"{len(train_problems)} problems ({graded} with graded relevance): loss {what}", flush=True)
+        graded = "" if config.dense_loss is None else f" ({sum(p.relevance is not None for p in usable)} graded)"
+        print(f"fine-tuning the sentence encoder and {model.head} head of {source} end to end on the "
+              f"{len(usable)} problems with gold of {len(train_problems)}{graded}: loss {what}", flush=True)
     inputs = {
         **{k: v for k, v in model.extra.items() if k not in ("epoch", "dev_metrics")},  # encoder_model, features
         "train": str(Path(train).resolve()),

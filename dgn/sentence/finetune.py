@@ -559,8 +559,9 @@ def cut_candidates(problem: Any, top_l: int | None, keep_gold: bool = False) -> 
     """The problem cut to its ``top_l`` BM25-best candidates, and the kept original indices.
 
     Returns ``(problem', index)`` with ``problem'.candidates[j] == problem.candidates[index[j]]``
-    and gold sets (and ``relevance``, where given) re-indexed (items cut away dropped). ``keep_gold`` also keeps every gold
-    candidate beyond the cut (for training). ``top_l`` None or at least N: the problem as is.
+    and gold sets (and ``relevance``, where given) re-indexed (items cut away dropped).
+    ``keep_gold`` also keeps every gold candidate beyond the cut (for training). ``top_l``
+    None or at least N: the problem as is.
     """
     from types import SimpleNamespace
 
