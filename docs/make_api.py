@@ -38,7 +38,7 @@ SECTIONS = [
                        "rank_batch",
                        "evaluate_model", "make_optimizer", "clip_gradients", "train_from_files",
                        "read_run_settings"]),
-    ("", "dgn.tune", ["finetune_checkpoint"]),
+    ("", "dgn.tune", ["finetune_checkpoint", "finetune_end_to_end"]),
     ("Explanations", "dgn.explain", ["load_explainable", "explain_problem", "Explanation", "format_explanation",
                                      "plot_explanation"]),
     ("Prediction", "dgn.predict", ["predict_file", "predict_dataset", "COMPILE_MIN_PROBLEMS"]),

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 COMMANDS = [[], ["data", "convert"], ["data", "download"], ["data", "list"], ["train"], ["predict"],
-            ["evaluate"], ["explain"], ["benchmark"]]
+            ["evaluate"], ["explain"], ["finetune"], ["benchmark"]]
 
 
 def help_text(argv: list[str]) -> str:

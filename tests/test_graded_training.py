@@ -247,6 +247,8 @@ def test_finetune_errors(
     cases = [
         ([*base, "--output_dir", tmp_path / "base"], "same directory"),
         ([*base, "--output_dir", tmp_path / "o", "--resume"], "no training state"),
+        ([*base, "--output_dir", tmp_path / "o", "--head_learning_rate", "0.01"],
+         "--head_learning_rate: only for a model trained end to end"),
         (["finetune", "--model_name_or_path", tmp_path / "nope", "--train", ws["graded"], "--output_dir", tmp_path / "o"],
          "nope"),
         (["finetune", "--model_name_or_path", tmp_path / "base", "--train", tmp_path / "missing.jsonl",

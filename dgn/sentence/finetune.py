@@ -72,6 +72,8 @@ __all__ = [
 HEADS = ("dgn", "listwise")
 #: The DGN head's layer-wise losses (see :class:`FinetuneConfig`).
 LOSSES = ("soft_label", "layerwise", "set_recall")
+#: The graded (dense) losses on the problems' ``relevance`` (see :class:`FinetuneConfig`).
+DENSE_LOSSES = ("soft_label", "approx_ndcg")
 #: How the DGN head starts (see :class:`EndToEndSelector`).
 INITS = ("cosine", "coverage", "diverse")
 #: The diverse start's SCMM weights alpha (see :class:`EndToEndSelector`).
@@ -117,6 +119,19 @@ class FinetuneConfig:
             120 candidates to 24 with BM25 recall@24 0.951. A cost setting, not tuned.
         seed: Seeds the head's initialisation, dropout and the order of problems.
         eval_ks: Cutoffs whose mean dev recall selects the epoch.
+        dense_loss: Train on graded relevance (what ``dgn finetune`` sets, after the
+            FGA-NDCG model card): ``"soft_label"`` (per layer the soft-label cross entropy
+            against the grades of the items not yet picked,
+            :func:`~dgn.losses.soft_label_cross_entropy`) or ``"approx_ndcg"``
+            (:func:`~dgn.losses.layerwise_approx_ndcg_loss`); the listwise head takes its
+            one layer ``(B, 1, N)``. The grades are each problem's ``relevance``, binary
+            gold where it has none. None (default): ``loss`` alone, on the gold.
+        sparse_weight: With ``dense_loss``, the step's loss is ``dense + sparse_weight *
+            sparse`` (:func:`~dgn.losses.mix_sparse_dense`), the sparse term being ``loss``
+            on the gold (with ``first_layer_weight``). 0: the dense loss alone.
+        ndcg_temperature: Temperature of ApproxNDCG's smooth ranks (as
+            :class:`dgn.train.TrainConfig`).
+        ndcg_k: Cutoff of ApproxNDCG (None: the whole list).
     """
 
     epochs: int = 1
@@ -130,6 +145,10 @@ class FinetuneConfig:
     top_l: int | None = 24
     seed: int = 0
     eval_ks: tuple[int, ...] = (1, 3, 5, 7)
+    dense_loss: str | None = None
+    sparse_weight: float = 0.0
+    ndcg_temperature: float = 1.0
+    ndcg_k: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("epochs", "claims_per_step"):
@@ -149,6 +168,19 @@ class FinetuneConfig:
             raise ValueError(f"FinetuneConfig.top_l must be a positive integer or None, got {self.top_l!r}")
         if not 0 <= self.warmup < 1:
             raise ValueError(f"FinetuneConfig.warmup must be in [0, 1), got {self.warmup!r}")
+        if self.dense_loss is not None and self.dense_loss not in DENSE_LOSSES:
+            raise ValueError(f"FinetuneConfig.dense_loss must be one of {DENSE_LOSSES} or None, got {self.dense_loss!r}")
+        w = self.sparse_weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not (math.isfinite(w) and w >= 0):
+            raise ValueError(f"FinetuneConfig.sparse_weight must be a finite number >= 0, got {w!r}")
+        if w and self.dense_loss is None:
+            raise ValueError("FinetuneConfig.sparse_weight mixes the sparse loss into a graded one; set dense_loss")
+        t = self.ndcg_temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not (math.isfinite(t) and t > 0):
+            raise ValueError(f"FinetuneConfig.ndcg_temperature must be a finite number > 0, got {t!r}")
+        if self.ndcg_k is not None and (isinstance(self.ndcg_k, bool) or not isinstance(self.ndcg_k, int)
+                                        or self.ndcg_k <= 0):
+            raise ValueError(f"FinetuneConfig.ndcg_k must be a positive integer or None, got {self.ndcg_k!r}")
 
 
 @dataclass
@@ -378,6 +410,11 @@ class EndToEndSelector(nn.Module):
         lexical: Tensor | None = None,
         gold_sets: Tensor | None = None,
         first_layer_weight: float = 0.0,
+        relevance: Tensor | None = None,
+        dense: str | None = None,
+        sparse_weight: float = 0.0,
+        ndcg_temperature: float = 1.0,
+        ndcg_k: int | None = None,
     ) -> Tensor:
         """The training loss of one batch.
 
@@ -393,15 +430,31 @@ class EndToEndSelector(nn.Module):
             gold_sets: ``(B, G, N)`` bool (:func:`~dgn.losses.gold_set_tensor`).
             first_layer_weight: Add this multiple of the first layer's term of the loss
                 again (the DGN head; its first layer is a listwise ranking).
+            relevance: ``(B, N)`` nonnegative grades, the target of ``dense``.
+            dense: A graded loss on ``relevance`` over the layer logits ``(B, K, N)`` (the
+                listwise head's ``(B, 1, N)``): ``"soft_label"``
+                (:func:`~dgn.losses.soft_label_cross_entropy`) or ``"approx_ndcg"``
+                (:func:`~dgn.losses.layerwise_approx_ndcg_loss` with ``ndcg_temperature``
+                and ``ndcg_k``). The batch's loss is then
+                ``mix_sparse_dense(dense, sparse, sparse_weight)``, the sparse term being
+                ``loss`` on ``gold`` as above (left out when ``sparse_weight`` is 0).
+                None: ``loss`` alone.
+            sparse_weight, ndcg_temperature, ndcg_k: As in :class:`FinetuneConfig`.
         """
         from dgn.losses import (
+            layerwise_approx_ndcg_loss,
             layerwise_cross_entropy,
+            mix_sparse_dense,
             set_recall_cross_entropy,
             soft_label_cross_entropy,
         )
 
         if loss == "set_recall" and gold_sets is None:
             raise ValueError("loss='set_recall' needs gold_sets")
+        if dense is not None and dense not in DENSE_LOSSES:
+            raise ValueError(f"dense must be one of {DENSE_LOSSES} or None, got {dense!r}")
+        if dense is not None and relevance is None:
+            raise ValueError(f"dense={dense!r} needs relevance")
 
         def of(logits: Tensor) -> Tensor:  # (B, K, N) layer logits
             if loss == "set_recall":
@@ -412,13 +465,28 @@ class EndToEndSelector(nn.Module):
             return layerwise_cross_entropy(logits, gold)
 
         if self.dgn is None:
-            return of(self.score(query, sentences, mask, lexical=lexical).unsqueeze(1))
-        steps = min(self.dgn.config.steps, int(mask.sum(1).max()))
-        out = self.score(query, sentences, mask, steps=steps, lexical=lexical)
-        total = of(out.logits)
-        if first_layer_weight:
-            total = total + first_layer_weight * of(out.logits[:, :1])
-        return total
+            logits = self.score(query, sentences, mask, lexical=lexical).unsqueeze(1)  # (B, 1, N)
+        else:
+            steps = min(self.dgn.config.steps, int(mask.sum(1).max()))
+            logits = self.score(query, sentences, mask, steps=steps, lexical=lexical).logits  # (B, K, N)
+
+        def sparse() -> Tensor:
+            total = of(logits)
+            if first_layer_weight and self.dgn is not None:
+                total = total + first_layer_weight * of(logits[:, :1])
+            return total
+
+        if dense is None:
+            return sparse()
+        assert relevance is not None
+        r = relevance.to(logits.dtype)
+        if dense == "soft_label":
+            graded = soft_label_cross_entropy(logits, r)
+        else:
+            graded = layerwise_approx_ndcg_loss(logits, r, temperature=ndcg_temperature, k=ndcg_k)
+        if not sparse_weight:
+            return graded
+        return mix_sparse_dense(graded, sparse(), sparse_weight)
 
     # ------------------------------------------------------------------ persistence
     def _head_state(self) -> dict[str, Tensor]:
@@ -610,8 +678,9 @@ def cut_candidates(problem: Any, top_l: int | None, keep_gold: bool = False) -> 
     """The problem cut to its ``top_l`` BM25-best candidates, and the kept original indices.
 
     Returns ``(problem', index)`` with ``problem'.candidates[j] == problem.candidates[index[j]]``
-    and gold sets re-indexed (items cut away dropped). ``keep_gold`` also keeps every gold
-    candidate beyond the cut (for training). ``top_l`` None or at least N: the problem as is.
+    and gold sets (and ``relevance``, where given) re-indexed (items cut away dropped).
+    ``keep_gold`` also keeps every gold candidate beyond the cut (for training). ``top_l``
+    None or at least N: the problem as is.
     """
     from types import SimpleNamespace
 
@@ -626,8 +695,10 @@ def cut_candidates(problem: Any, top_l: int | None, keep_gold: bool = False) -> 
         keep += sorted({v for g in problem.gold for v in g} - set(keep))
     where = {v: j for j, v in enumerate(keep)}
     gold = [[where[v] for v in g if v in where] for g in problem.gold]
+    relevance = getattr(problem, "relevance", None)
     cut = SimpleNamespace(
-        id=problem.id, query=problem.query, candidates=[problem.candidates[v] for v in keep], gold=[g for g in gold if g]
+        id=problem.id, query=problem.query, candidates=[problem.candidates[v] for v in keep], gold=[g for g in gold if g],
+        relevance=None if relevance is None else [relevance[v] for v in keep],
     )
     return cut, keep
 
@@ -639,6 +710,16 @@ def _gold_mask(problem: Any, n: int) -> list[bool]:
             if v < n:
                 g[v] = True
     return g
+
+
+def _relevance_rows(problems: Sequence[Any], mask: Tensor) -> Tensor:
+    """``(B, N)`` float: each problem's ``relevance`` (binary gold where it has none), 0 on padding."""
+    out = torch.zeros(mask.shape, dtype=torch.float32)
+    for b, p in enumerate(problems):
+        n = len(p.candidates)
+        grades = getattr(p, "relevance", None)
+        out[b, :n] = torch.tensor(_gold_mask(p, n) if grades is None else grades, dtype=torch.float32)
+    return out
 
 
 def finetune(
@@ -709,8 +790,13 @@ def finetune(
                 gold[b, : len(cands[b])] = torch.tensor(_gold_mask(p, len(cands[b])))
             sets = gold_set_tensor([p.gold for p in batch], mask.shape[1]) if cfg.loss == "set_recall" else None
             lex = model.lexical_for([p.query for p in batch], cands, mask.shape[1])
+            # graded relevance (dgn finetune): cfg.dense_loss on the grades, mixed with the sparse loss
+            graded: dict[str, Any] = {} if cfg.dense_loss is None else {
+                "relevance": _relevance_rows(batch, mask), "dense": cfg.dense_loss, "sparse_weight": cfg.sparse_weight,
+                "ndcg_temperature": cfg.ndcg_temperature, "ndcg_k": cfg.ndcg_k,
+            }
             loss = model.loss(q, S, mask, gold, cfg.loss, lexical=lex, gold_sets=sets,
-                              first_layer_weight=cfg.first_layer_weight)
+                              first_layer_weight=cfg.first_layer_weight, **graded)
             optimizer.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
