@@ -60,15 +60,19 @@ def model_directory(output: str | os.PathLike[str]) -> Path:
 
 
 def one_train_file(
-    train_files: Sequence[str | os.PathLike[str]], out: Path, progress: bool, problems: Sequence[Any] | None = None
+    train_files: Sequence[str | os.PathLike[str]], out: Path, progress: bool, problems: Sequence[Any] | None = None,
+    write: bool = True,
 ) -> str:
     """The one training file: ``train_files[0]``, or several joined into ``out/train-combined.jsonl``
-    (from ``problems`` where the caller has read them already)."""
+    (from ``problems`` where the caller has read them already; ``write=False``: only its
+    path, as a process other than rank 0 asks it)."""
     from dgn.data import concat_problem_files, write_problems
 
     if len(train_files) == 1:
         return str(train_files[0])
     train_path = str(out / "train-combined.jsonl")
+    if not write:
+        return train_path
     if problems is None:
         concat_problem_files([str(t) for t in train_files], train_path)
     else:
@@ -76,3 +80,40 @@ def one_train_file(
     if progress:
         print(f"training on {len(train_files)} files together: {train_path}", flush=True)
     return train_path
+
+
+def resumed_run_files(
+    saved: dict[str, Any],
+    train: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None,
+    dev: str | os.PathLike[str] | None,
+) -> tuple[list[str | os.PathLike[str]], str | os.PathLike[str] | None]:
+    """The training files and dev file of a resumed run (``saved``: :func:`dgn.train.read_run_settings`).
+
+    Where ``train`` or ``dev`` is None, the file the run recorded (which must still be
+    there); a given one must have the SHA-256 the run recorded. A run without a dev file
+    takes none.
+
+    Raises:
+        DgnUserError: A recorded file that is gone, a ``dev`` for a run that had none,
+            several training files, or a file other than the run's.
+    """
+    from dgn.features.cache import file_sha256
+
+    if train is None:  # the run's own files
+        train = saved.get("train")
+        if train is None or not Path(train).is_file():
+            raise DgnUserError(f"--train: the run's file {train} is gone; pass --train PATH")
+    if dev is None:
+        dev = saved.get("dev")
+        if dev is not None and not Path(dev).is_file():
+            raise DgnUserError(f"--dev: the run's file {dev} is gone; pass --dev PATH")
+    elif saved.get("dev") is None:
+        raise DgnUserError(f"--dev {dev}: the run being resumed had no --dev")
+    train_files = train_file_list(train, dev)
+    if len(train_files) > 1:
+        raise DgnUserError("--train: a resumed run reads the file it recorded; give one file")
+    for path, key, option in ((train_files[0], "train", "--train"), (dev, "dev", "--dev")):
+        digest = saved.get(f"{key}_sha256")
+        if path is not None and digest is not None and file_sha256(path) != digest:
+            raise DgnUserError(f"{option} {path}: not the file the run being resumed trained on (sha256 differs)")
+    return train_files, dev

@@ -45,6 +45,7 @@ def predict_file(
     fusion: str | None = None,
     vectors: str | os.PathLike[str] | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
+    device: str | None = None,
     progress: bool = True,
 ) -> tuple[int, int]:
     """Write a saved model's predictions for every problem of ``data``; what ``dgn predict`` runs.
@@ -64,6 +65,9 @@ def predict_file(
             the model was trained with, if any. An end-to-end model always applies its own.
         vectors: The word vectors, where they are no longer at the recorded path.
         cache_dir: The feature cache (default :func:`dgn.pipeline.default_cache_dir`).
+        device: Where the model runs: ``"cpu"`` (default) or ``"cuda"`` (``"cuda:N"``);
+            features are built on the CPU and each batch moved there (an end-to-end
+            model's encoder runs there too).
         progress: Print what is done and show progress bars.
 
     Returns:
@@ -86,11 +90,15 @@ def predict_file(
     if compile not in COMPILE_MODES:
         raise DgnUserError(f"compile must be {one_of(COMPILE_MODES)}, got {compile!r}")
     require_output_file(output, "--output")
+    from dgn.distributed import resolve_device
+
+    where = resolve_device(device)
     if is_end_to_end_model(model_dir):
         for option, value in (("--top-l", top_l), ("--rankers", rankers), ("--fusion", fusion)):
             if value is not None:
                 raise DgnUserError(f"{option}: an end-to-end model applies the cut it was trained with")
-        return _predict_end_to_end(model_dir, data, output, k=k, batch_size=batch_size, progress=progress)
+        return _predict_end_to_end(model_dir, data, output, k=k, batch_size=batch_size, device=where,
+                                   progress=progress)
     import tempfile
 
     from dgn.pipeline import SelectionDataset
@@ -98,7 +106,8 @@ def predict_file(
 
     # The model, its featurizer and candidate stage, loaded as dgn.load loads them.
     selector = FrozenFeatureSelector.from_pretrained(
-        model_dir, top_l=top_l, rankers=rankers, fusion=fusion, vectors=vectors, cache_dir=cache_dir, progress=progress
+        model_dir, where, top_l=top_l, rankers=rankers, fusion=fusion, vectors=vectors, cache_dir=cache_dir,
+        progress=progress,
     )
     model, featurizer, stage = selector.model, selector.featurizer, selector.stage
     if k is None:
@@ -161,14 +170,14 @@ def _restore_indices(predictions: Iterator[Prediction], ids: list[str], kept: li
 
 def _predict_end_to_end(
     model_dir: str | os.PathLike[str], data: str | os.PathLike[str], output: str | os.PathLike[str], *,
-    k: int | None, batch_size: int, progress: bool,
+    k: int | None, batch_size: int, device: Any, progress: bool,
 ) -> tuple[int, int]:
-    """Predictions of a model trained end to end (no feature cache: the encoder runs)."""
+    """Predictions of a model trained end to end (no feature cache: the encoder runs, on ``device``)."""
     from dgn.data import Prediction, read_problems, write_predictions
     from dgn.selector import EndToEndModelSelector
     from dgn.sentence import ranked_problems
 
-    selector = EndToEndModelSelector.from_pretrained(model_dir)  # as dgn.load loads it
+    selector = EndToEndModelSelector.from_pretrained(model_dir, device)  # as dgn.load loads it
     if k is None:
         k = selector.k
     problems = list(read_problems(data))

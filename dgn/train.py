@@ -22,7 +22,7 @@ from torch.nn import functional as F
 
 from dgn._choices import MODEL_TYPES, one_of
 from dgn._memory import retain_freed_memory
-from dgn._paths import model_directory, one_train_file, train_file_list
+from dgn._paths import model_directory, one_train_file, resumed_run_files, train_file_list
 from dgn._progress import bars
 from dgn.baselines import EncoderScorer
 from dgn.errors import DgnUserError, one_line
@@ -37,6 +37,7 @@ __all__ = [
     "rank",
     "evaluate_model",
     "load_training_state",
+    "write_training_state",
     "LOSSES",
     "training_loss",
     "ranked",
@@ -54,6 +55,8 @@ LOSSES = ("layerwise", "sparse_ce", "soft_label", "approx_ndcg")
 STATE_NAME = "training_state.pt"
 _STATE_FORMAT = "dgn-training-state"
 _STATE_VERSION = 1
+#: ``model_kind`` of the training state :func:`dgn.sentence.finetune` writes (an end-to-end run).
+END_TO_END_KIND = "end-to-end"
 #: TrainConfig fields a resumed run may change (they only decide when to stop).
 RESUMABLE_CHANGES = ("epochs", "patience", "compile")
 #: The DGNConfig fields an encoder scorer reads (:func:`train_from_files`).
@@ -451,10 +454,9 @@ def train_model(
         from tqdm.auto import tqdm
 
         from dgn.distributed import all_reduce_sum, average_gradients, barrier, is_main
-        from dgn.distributed import rank as _rank
         from dgn.distributed import world_size as _world_size
 
-        world, rank, main_process = _world_size(), _rank(), is_main()
+        world, main_process = _world_size(), is_main()
         torch.manual_seed(config.seed)
         generator = torch.Generator().manual_seed(config.seed)
         optimizer = make_optimizer(model, config)
@@ -493,7 +495,7 @@ def train_model(
             model.train()
             total, count = 0.0, 0
             if world > 1:
-                batches: Any = _local_batches(train, config.batch_size, generator, rank, world)
+                batches: Any = _local_batches(train, config.batch_size, generator)
             else:
                 batches = ((b, len(b.index)) for b in train.batches(
                     config.batch_size, shuffle=True, generator=generator, truncate=True, only_with_gold=True))
@@ -559,15 +561,13 @@ def train_model(
         return result
 
 
-def _local_batches(
-    train: SelectionDataset, batch_size: int, generator: torch.Generator, rank: int, world: int
-) -> Any:
+def _local_batches(train: SelectionDataset, batch_size: int, generator: torch.Generator) -> Any:
     """This rank's contiguous slice of every global batch (the order of
     ``train.batches(shuffle=True, only_with_gold=True)``), with the global batch's size."""
+    from dgn.distributed import local_slice
+
     for chunk in train.batch_indices(batch_size, shuffle=True, generator=generator, only_with_gold=True):
-        per, extra = divmod(len(chunk), world)
-        lo = rank * per + min(rank, extra)
-        local = chunk[lo : lo + per + (1 if rank < extra else 0)]
+        local = chunk[local_slice(len(chunk))]
         yield (train.batch(local, truncate=True) if local else None), len(chunk)
 
 
@@ -591,15 +591,9 @@ def _save_training_state(
     extra: dict[str, Any] | None,
 ) -> None:
     """Write everything :func:`train_model` needs to continue, in one atomic file."""
-    import io
-
-    from dgn.data.io import atomic_write
-
     kind, model_config = _model_kind(model)
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
     state = {
-        "format": _STATE_FORMAT,
-        "format_version": _STATE_VERSION,
         "model_kind": kind,
         "model_config": model_config,
         "train_config": asdict(config),
@@ -618,8 +612,20 @@ def _save_training_state(
         "seconds": seconds,
         "extra": extra or {},
     }
+    write_training_state(path, state)
+
+
+def write_training_state(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
+    """Write a training state (tensors, numbers, strings, lists and dicts of them) that
+    :func:`load_training_state` reads back, atomically: a temporary file in the same
+    directory, renamed over ``path`` once complete, so a run killed while writing leaves
+    the previous state. What :func:`train_model` and :func:`dgn.sentence.finetune` save."""
+    import io
+
+    from dgn.data.io import atomic_write
+
     buffer = io.BytesIO()
-    torch.save(state, buffer)
+    torch.save({"format": _STATE_FORMAT, "format_version": _STATE_VERSION, **state}, buffer)
     with atomic_write(path, "wb") as fh:
         fh.write(buffer.getbuffer())
 
@@ -679,7 +685,10 @@ def read_run_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
     (:data:`STATE_NAME`), for :func:`train_from_files`'s ``resume_settings``: ``train_config``,
     ``model_config``, ``model_type``, ``featurizer``, ``candidate_stage`` (or None), and the
     files it trained on, ``train`` and ``dev`` (paths, or None) with their ``train_sha256``
-    and ``dev_sha256``.
+    and ``dev_sha256``. An end-to-end run (:func:`dgn.sentence.train_end_to_end`) has
+    ``model_type`` :data:`END_TO_END_KIND`, its :class:`~dgn.sentence.FinetuneConfig` as
+    ``train_config``, its head's settings as ``model_config``, its ``encoder_model`` (None:
+    the bundled one) and no featurizer (None), for :func:`~dgn.sentence.train_end_to_end`'s ``resume_settings``.
 
     Raises:
         DgnUserError: No training state there, or one that records no featurizer.
@@ -691,6 +700,17 @@ def read_run_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
                            "start a new run without --resume")
     state = load_training_state(path)
     extra = state.get("extra") or {}
+    files = {key: extra.get(key) for key in ("train", "dev", "train_sha256", "dev_sha256")}
+    if state.get("model_kind") == END_TO_END_KIND:
+        return {
+            "train_config": state["train_config"],
+            "model_config": state["model_config"],
+            "model_type": END_TO_END_KIND,
+            "featurizer": None,
+            "candidate_stage": None,
+            "encoder_model": extra.get("encoder_model"),
+            **files,
+        }
     if "featurizer" not in extra:
         raise DgnUserError(f"{path}: field 'extra.featurizer': missing; cannot featurize as the run did")
     return {
@@ -699,7 +719,7 @@ def read_run_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
         "model_type": extra.get("model_type", "dgn"),
         "featurizer": extra["featurizer"],
         "candidate_stage": extra.get("candidate_stage"),
-        **{key: extra.get(key) for key in ("train", "dev", "train_sha256", "dev_sha256")},
+        **files,
     }
 
 
@@ -786,6 +806,9 @@ def train_from_files(
     saved = None if resume_settings is None else dict(resume_settings)
     stage = candidate_stage
     if saved is not None:
+        if saved["model_type"] == END_TO_END_KIND:
+            raise DgnUserError("resume_settings: the run was trained end to end; resume it with "
+                               "dgn.sentence.train_end_to_end (dgn train --resume does)")
         given = [name for name, value in (("model_options", model_options), ("features", features),
                                           ("encoder_model", encoder_model), ("fasttext_options", fasttext_options))
                  if value]
@@ -802,16 +825,7 @@ def train_from_files(
         stage = None if saved["candidate_stage"] is None else CandidateStage.from_settings(saved["candidate_stage"])
         if candidate_stage is not None and (stage is None or candidate_stage.settings() != stage.settings()):
             raise DgnUserError("candidate stage: a resumed run keeps its own; leave it out")
-        if train is None:  # the run's own files
-            train = saved.get("train")
-            if train is None or not Path(train).is_file():
-                raise DgnUserError(f"--train: the run's file {train} is gone; pass --train PATH")
-        if dev is None:
-            dev = saved.get("dev")
-            if dev is not None and not Path(dev).is_file():
-                raise DgnUserError(f"--dev: the run's file {dev} is gone; pass --dev PATH")
-        elif saved.get("dev") is None:
-            raise DgnUserError(f"--dev {dev}: the run being resumed had no --dev")
+        train_files, dev = resumed_run_files(saved, train, dev)
     model_type = model_type or "dgn"
     if model_type not in MODEL_TYPES:
         raise DgnUserError(f"model_type must be {one_of(MODEL_TYPES)}, got {model_type!r}")
@@ -825,21 +839,15 @@ def train_from_files(
     except (TypeError, ValueError) as exc:
         raise DgnUserError(f"model_options: {exc}") from None
     config = config or TrainConfig()
-    if train is None:
-        raise DgnUserError("--train: required (the run being resumed recorded none)")
-    train_files = train_file_list(train, dev)
+    if saved is None:
+        if train is None:
+            raise DgnUserError("--train: required")
+        train_files = train_file_list(train, dev)
     if world > 1:
         given = [o for o, v in (("several --train files", len(train_files) > 1),
                                 ("--top-l", stage is not None and saved is None)) if v]
         if given:
             raise DgnUserError(f"{', '.join(given)}: not supported under torchrun yet; run one process")
-    if saved is not None:
-        if len(train_files) > 1:
-            raise DgnUserError("--train: a resumed run reads the file it recorded; give one file")
-        for path, key, option in ((train_files[0], "train", "--train"), (dev, "dev", "--dev")):
-            digest = saved.get(f"{key}_sha256")
-            if path is not None and digest is not None and file_sha256(path) != digest:
-                raise DgnUserError(f"{option} {path}: not the file the run being resumed trained on (sha256 differs)")
     out = model_directory(output)
     train_path = one_train_file(train_files, out, progress)
     dev_path = None if dev is None else str(dev)

