@@ -568,7 +568,6 @@ class EndToEndSelector(nn.Module):
         from safetensors.torch import load_file
 
         from dgn.errors import one_line
-        from dgn.model import load_weights
 
         path = Path(directory)
         config_path = path / _HEAD_CONFIG
