@@ -66,6 +66,28 @@ def test_encode_texts_matches_sentence_transformers_encode(encoder):
     assert ours.shape == (3, 384)
 
 
+def test_embed_in_buckets_gives_the_one_pass_embeddings_and_gradients(encoder):
+    """Buckets of 2 (shortest first, put back in order) against one padded pass, values and
+    the gradient they send into the transformer."""
+    from dgn.sentence.encoder import embed
+
+    texts = ["Tiny.", "A considerably longer sentence about the Eiffel Tower in Paris, France.",
+             "Mid length text here.", "Another fairly long sentence, with several clauses and commas.", "Short one."]
+    encoder.train(False)
+    grads = []
+    outs = []
+    for bucket in (None, 2):
+        encoder.zero_grad()
+        out = embed(encoder, texts, bucket=bucket)
+        out.pow(2).sum().backward()
+        outs.append(out.detach())
+        grads.append(encoder[0].auto_model.embeddings.word_embeddings.weight.grad.clone())
+    np.testing.assert_allclose(outs[0].numpy(), outs[1].numpy(), atol=1e-5)
+    np.testing.assert_allclose(grads[0].numpy(), grads[1].numpy(), atol=1e-4)
+    assert not torch.equal(outs[0][0], outs[0][1])  # rows are not all one text's
+    encoder.zero_grad()
+
+
 def test_pair_features_by_hand():
     q = torch.tensor([[1.0, 0.0]])
     S = torch.tensor([[[1.0, 1.0], [0.0, 2.0]]])

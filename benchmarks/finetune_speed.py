@@ -1,0 +1,160 @@
+"""End-to-end training and prediction speed on the CPU: what makes them faster, at what cost.
+
+Training: :func:`dgn.sentence.finetune` (one epoch, the default DGN head and
+``FinetuneConfig()``) over the same ``--claims`` training problems per timed block, each
+variant run in turn, ``--rounds`` times, in one process (so that every variant sees the
+same machine; the median block is reported, with its ratio to the first variant):
+
+* ``one-pass``: every text of a step (the claim and its up to 24 candidates) in one
+  transformer pass, padded to the longest (what training did before buckets);
+* ``buckets``: the texts in length-sorted buckets of ``TRAIN_BUCKET`` (8), the default:
+  the same embeddings up to float rounding (the attention mask keeps padding out);
+* ``buckets+bf16``: the same under ``torch.autocast("cpu", torch.bfloat16)``;
+* ``buckets+compile``: the transformer through ``torch.compile(dynamic=True)`` (its
+  compilation timed apart, in the first block).
+
+Prediction: :func:`dgn.sentence.rank_problems` on ``--predict`` test problems (every text
+embedded once, no gradients, batches of 64 sorted by length), in float32 and with the
+transformer's linear layers quantized to int8 (``torch.ao.quantization.quantize_dynamic``),
+with the recall@k of each so that speed and quality are read together (``--model DIR``: a
+trained end-to-end model; default the untrained listwise head, the zero-shot cosine).
+
+    python benchmarks/finetune_speed.py --dataset wice --claims 24 --rounds 3
+    python benchmarks/finetune_speed.py --dataset fm2 --model runs/fm2-e2e --predict 1380 --skip-training
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+VARIANTS = ("one-pass", "buckets", "buckets+bf16", "buckets+compile")
+
+
+def _problems(dataset: str, data_dir: str, work: Path) -> tuple[list, list]:
+    """Training and test problems of the dataset's first split (WiCE and CLIMATE-FEVER:
+    the benchmark's first fold)."""
+    from dgn.benchmark import DATASET_SPLITS, prepare_data, prepare_folds
+    from dgn.data import read_problems
+
+    if DATASET_SPLITS[dataset]["test"] is None:
+        paths = prepare_folds(dataset, data_dir, work / f"data-{dataset}-folds", 0, 5)[0]
+    else:
+        paths = prepare_data(dataset, data_dir, work / f"data-{dataset}-0", 0)
+    train = [p for p in read_problems(paths["train"]) if any(p.gold)]
+    test = [p for p in read_problems(paths["test"]) if any(p.gold)]
+    return train, test
+
+
+def _train_block(model, problems, variant: str) -> float:
+    """Seconds of one epoch of :func:`finetune` over ``problems`` in ``variant``."""
+    import importlib
+
+    from dgn.sentence import FinetuneConfig, finetune
+
+    finetune_module = importlib.import_module("dgn.sentence.finetune")
+
+    bucket = finetune_module.TRAIN_BUCKET
+    if variant == "one-pass":
+        finetune_module.TRAIN_BUCKET = None
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if "bf16" in variant else contextlib.nullcontext()
+    try:
+        with autocast:
+            start = time.perf_counter()
+            finetune(model, problems, None, FinetuneConfig(), progress=False)
+            return time.perf_counter() - start
+    finally:
+        finetune_module.TRAIN_BUCKET = bucket
+
+
+def train_speed(problems: list, variants: list[str], rounds: int) -> None:
+    from dgn.sentence import EndToEndSelector, load_sentence_model
+    from dgn.sentence.finetune import cut_candidates
+
+    texts = sum(1 + len(cut_candidates(p, 24, keep_gold=True)[0].candidates) for p in problems)
+    torch.manual_seed(0)
+    base = EndToEndSelector(load_sentence_model(), "dgn")
+    models = {}
+    for variant in variants:
+        models[variant] = copy.deepcopy(base)
+        if "compile" in variant:
+            inner = models[variant].encoder[0]
+            inner.auto_model = torch.compile(inner.auto_model, dynamic=True)
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    first: dict[str, float] = {}
+    for r in range(rounds + 1):  # round 0 warms up (and compiles); not counted
+        for variant in variants:
+            seconds = _train_block(models[variant], problems, variant)
+            if r == 0:
+                first[variant] = seconds
+            else:
+                times[variant].append(seconds)
+    print(f"training: {len(problems)} claims ({texts} texts with gradients) a block, "
+          f"{rounds} blocks a variant, {torch.get_num_threads()} threads")
+    print("| variant | claims/s | sentences/s | ratio | first block s |")
+    print("|---|---:|---:|---:|---:|")
+    ref = statistics.median(times[variants[0]])
+    for variant in variants:
+        med = statistics.median(times[variant])
+        print(f"| {variant} | {len(problems) / med:.2f} | {texts / med:.1f} | {ref / med:.2f} | {first[variant]:.0f} |")
+
+
+def predict_speed(problems: list, model_dir: str | None, rounds: int) -> None:
+    from dgn.metrics import evaluate_rankings
+    from dgn.sentence import EndToEndSelector, load_sentence_model, rank_problems
+
+    torch.manual_seed(0)
+    model = EndToEndSelector(load_sentence_model(), "listwise") if model_dir is None else \
+        EndToEndSelector.from_pretrained(model_dir)
+    top_l = model.top_l if model_dir is not None else 24
+    quantized = copy.deepcopy(model)
+    quantized.encoder = torch.ao.quantization.quantize_dynamic(quantized.encoder, {torch.nn.Linear}, dtype=torch.qint8)
+    texts = sum(1 + min(len(p.candidates), top_l or len(p.candidates)) for p in problems)
+    print(f"prediction: {len(problems)} claims ({texts} texts), top_l {top_l}, "
+          f"{'untrained listwise head (zero-shot cosine)' if model_dir is None else model_dir}")
+    print("| model | claims/s | sentences/s | ratio | R@1 | R@3 | R@5 | R@7 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    ref = None
+    for name, m in (("float32", model), ("int8 dynamic", quantized)):
+        seconds, picks = [], None
+        for _ in range(rounds):
+            start = time.perf_counter()
+            picks = rank_problems(m, problems, 7, top_l=top_l, progress=False)
+            seconds.append(time.perf_counter() - start)
+        med = statistics.median(seconds)
+        ref = ref or med
+        scores = evaluate_rankings(picks, [p.gold for p in problems], ks=(1, 3, 5, 7))
+        print(f"| {name} | {len(problems) / med:.2f} | {texts / med:.1f} | {ref / med:.2f} | "
+              + " | ".join(f"{scores[f'recall@{k}']:.3f}" for k in (1, 3, 5, 7)) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="wice")
+    parser.add_argument("--data-dir", default="../shared/data")
+    parser.add_argument("--work", default="runs/speed")
+    parser.add_argument("--claims", type=int, default=24, help="training claims a timed block")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--predict", type=int, default=64, help="test claims to predict (0: skip)")
+    parser.add_argument("--model", default=None, help="a trained end-to-end model for the prediction part")
+    parser.add_argument("--skip-training", action="store_true")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    train, test = _problems(args.dataset, args.data_dir, Path(args.work))
+    print(f"torch {torch.__version__}, {args.dataset}")
+    if not args.skip_training:
+        train_speed(train[: args.claims], args.variants.split(","), args.rounds)
+    if args.predict:
+        predict_speed(test[: args.predict], args.model, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
