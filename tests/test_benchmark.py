@@ -223,3 +223,11 @@ def test_graded_relevance_is_reported_for_climate_fever(tmp_path):
         values.append(dcg / ideal)
     assert results["models"]["BM25"]["metrics"]["ndcg@5"] == pytest.approx(sum(values) / len(values))
     assert "Graded relevance" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_end_to_end_rows_train_one_seed_unless_told():
+    assert BenchmarkSettings().end_to_end_seeds == (0,)
+    assert BenchmarkSettings(seeds=(3, 4)).end_to_end_seeds == (3,)
+    assert BenchmarkSettings(finetune_seeds=(0, 1, 2)).end_to_end_seeds == (0, 1, 2)
+    with pytest.raises(ValueError, match="finetune_seeds must name at least one seed"):
+        BenchmarkSettings(finetune_seeds=())

@@ -606,6 +606,11 @@ CASES: list[Case] = [
       "bench-bad/fm2/dev.jsonl.gz:3", "malformed JSON"),
     C("benchmark_epochs_zero", "benchmark --dataset fm2 --vectors {vec8} --output {out}/b --epochs 0",
       "--epochs", "0"),
+    C("benchmark_finetune_seeds_alone", "benchmark --dataset fm2 --vectors {vec8} --output {out}/b --finetune-seeds 0,1",
+      "--finetune-seeds", "only used with --finetune-encoder", in_process=True),
+    C("benchmark_finetune_seeds_bad",
+      "benchmark --dataset fm2 --vectors {vec8} --output {out}/b --finetune-encoder --finetune-seeds 0,x",
+      "--finetune-seeds 0,x", "comma list of integers", in_process=True),
     C("benchmark_output_is_file", "benchmark --dataset fm2 --vectors {vec8} --data-dir {bench_ok} --output {a_file}",
       "plain-file.txt"),
 ]

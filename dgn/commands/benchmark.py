@@ -38,6 +38,11 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         "--seeds", default=None,
         help="training seeds, a comma list; trained rows report mean and sd over them (default: 0,1,2)",
     )
+    p.add_argument(
+        "--finetune-seeds", default=None,
+        help="with --finetune-encoder: training seeds of the end-to-end rows, a comma list (default: the first "
+        "of --seeds alone; 0,1,2 for their mean and sd)",
+    )
     p.add_argument("--folds", type=types["positive_int"], default=None, help="cross-validate with this many folds")
     p.add_argument(
         "--max-claims", type=types["positive_int"], default=None,
@@ -97,14 +102,19 @@ def _benchmark(args: argparse.Namespace) -> int:
         raise DgnUserError(f"--max-claims is for --dataset fever, not {args.dataset}")
     if args.dataset == "fever" and args.folds is not None:
         raise DgnUserError("--folds: FEVER has its own splits (train, paper_dev); run it without --folds")
-    if args.seeds is not None:
+    for option, field in (("--seeds", "seeds"), ("--finetune-seeds", "finetune_seeds")):
+        given = getattr(args, field)
+        if given is None:
+            continue
         try:
-            seeds = tuple(int(t) for t in args.seeds.split(",") if t.strip())
+            seeds = tuple(int(t) for t in given.split(",") if t.strip())
         except ValueError:
-            raise DgnUserError(f"--seeds {args.seeds}: expected a comma list of integers, e.g. 0,1,2") from None
+            raise DgnUserError(f"{option} {given}: expected a comma list of integers, e.g. 0,1,2") from None
         if not seeds or min(seeds) < 0:
-            raise DgnUserError(f"--seeds {args.seeds}: expected a comma list of nonnegative integers")
-        overrides["seeds"] = seeds
+            raise DgnUserError(f"{option} {given}: expected a comma list of nonnegative integers")
+        overrides[field] = seeds
+    if args.finetune_seeds is not None and not args.finetune_encoder:
+        raise DgnUserError("--finetune-seeds: only used with --finetune-encoder")
     if args.folds is not None and args.folds < 2:
         raise DgnUserError(f"--folds {args.folds}: cross-validation needs at least 2 folds")
     if args.features is not None:
