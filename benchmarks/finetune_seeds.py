@@ -5,6 +5,11 @@ Both heads fine-tune the same all-MiniLM-L6-v2 on the same problems with the sam
 run's test scores go to OUTPUT/<dataset>-<head>-<loss>-seed<S>.json as it finishes.
 
     python benchmarks/finetune_seeds.py --dataset fm2 --heads listwise,dgn --seeds 0,1,2 --output runs/e2e
+    python benchmarks/finetune_seeds.py --summary --output runs/e2e [--multi-sentence]
+
+FEVER (its release under --data-dir, see ``dgn data download fever``): ``--dataset fever
+--max-claims N``; ``--summary --multi-sentence`` then scores the claims whose every
+evidence group holds two or more sentences.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ def main() -> None:
                         help="weight of an extra first-layer term in the DGN head's loss")
     parser.add_argument("--listwise-loss", default="soft_label",
                         help="the listwise head's target: soft_label (gold / |gold|) or set_recall")
+    parser.add_argument("--max-claims", type=int, default=None,
+                        help="FEVER: read only the first N claims of train.jsonl and of paper_dev.jsonl")
     parser.add_argument("--also-train", default="",
                         help="comma-separated datasets whose training split is added to every run's training problems")
     parser.add_argument("--epochs", type=int, default=1)
@@ -87,7 +94,8 @@ def main() -> None:
         if args.folds:
             splits = prepare_folds(args.dataset, args.data_dir, out / f"data-{args.dataset}-folds", 0, args.folds)
         else:
-            splits = [prepare_data(args.dataset, args.data_dir, out / f"data-{args.dataset}-{seed}", 0)]
+            splits = [prepare_data(args.dataset, args.data_dir, out / f"data-{args.dataset}-{seed}", 0,
+                                   max_claims=args.max_claims)]
         for head in args.heads.split(","):
             loss = args.loss if head == "dgn" else args.listwise_loss
             if head == "dgn":
