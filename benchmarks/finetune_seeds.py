@@ -224,13 +224,16 @@ def redundancy(out: Path, records: list[dict]) -> dict[str, dict[str, float]]:
 
     * ``cos@k``: the mean pairwise cosine of the picked sentences;
     * ``repeat@k``: the share of picks whose cosine with an earlier pick that is gold
-      reaches :data:`REPEAT_COSINE` (a pick that repeats gold content already found).
+      reaches :data:`REPEAT_COSINE` (a pick that repeats gold content already found);
+    * ``jaccard@5``: the mean pairwise word overlap of the first 5 picks
+      (:func:`dgn.benchmark.redundancy`, the benchmark's redundancy).
 
     Returns ``{run name: {"cos@k": ..., "repeat@k": ...}}``; the embeddings are cached in
     ``out/reference-embeddings.npz``.
     """
     import numpy as np
 
+    from dgn.benchmark import redundancy as word_overlap
     from dgn.sentence import encode_texts, load_sentence_model
 
     by_id = _test_problems(records)
@@ -268,6 +271,8 @@ def redundancy(out: Path, records: list[dict]) -> dict[str, dict[str, float]]:
                 if n:
                     sums[f"repeat@{k}"].append(repeats / n)
         result[r["name"]] = {m: float(np.mean(v)) if v else float("nan") for m, v in sums.items()}
+        scored = [(row, by_id[pid]) for pid, row in zip(r["ids"], r["rankings"], strict=True) if any(by_id[pid].gold)]
+        result[r["name"]]["jaccard@5"] = word_overlap([row for row, _ in scored], [p for _, p in scored], 5)
     return result
 
 
@@ -313,8 +318,8 @@ def summary(out: Path, with_redundancy: bool = True, multi_sentence: bool = Fals
     for r in records:
         r["test"].update(red.get(r["name"], {}))
     metrics = [f"{m}@{k}" for k in KS for m in ("recall", "precision")] + [f"strict@{k}" for k in KS]
-    metrics += ["cos@5", "repeat@7"] if red else []
-    short = {"recall": "R", "precision": "P", "strict": "S", "cos": "cos", "repeat": "rep"}
+    metrics += ["cos@5", "jaccard@5", "repeat@7"] if red else []
+    short = {"recall": "R", "precision": "P", "strict": "S", "cos": "cos", "repeat": "rep", "jaccard": "jac"}
     lines = ["| run | seeds | dev | train s (mean) | "
              + " | ".join(short[m.split("@")[0]] + "@" + m.split("@")[1] for m in metrics) + " |",
              "|---|---|---:|---:|" + "---:|" * len(metrics)]
