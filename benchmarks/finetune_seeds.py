@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default="../shared/data")
     parser.add_argument("--heads", default="listwise,dgn")
     parser.add_argument("--seeds", default="0")
-    parser.add_argument("--loss", default="soft_label", help="the DGN head's loss")
+    parser.add_argument("--loss", default="set_recall", help="the DGN head's loss (default: FinetuneConfig's)")
     parser.add_argument("--tau", type=float, default=None, help="the DGN head's temperature (default: the init's)")
     parser.add_argument("--init", default="cosine", help="how the DGN head starts: cosine (default), coverage or diverse")
     parser.add_argument("--coverage-weight", type=float, default=None,
@@ -45,8 +45,8 @@ def main() -> None:
                         help="the DGN head adds facility location over the sentence embeddings, with this starting weight")
     parser.add_argument("--first-layer-weight", type=float, default=0.0,
                         help="weight of an extra first-layer term in the DGN head's loss")
-    parser.add_argument("--listwise-loss", default="soft_label",
-                        help="the listwise head's target: soft_label (gold / |gold|) or set_recall")
+    parser.add_argument("--listwise-loss", default="set_recall",
+                        help="the listwise head's target: set_recall (default, the best gold set) or soft_label (gold / |gold|)")
     parser.add_argument("--max-claims", type=int, default=None,
                         help="FEVER: read only the first N claims of train.jsonl and of paper_dev.jsonl")
     parser.add_argument("--also-train", default="",

@@ -191,7 +191,7 @@ def test_cli_finetune_then_predict_evaluate_and_explain(
                  "--output_dir", out, "--loss", "soft_ce", "--sparse_weight", "0.5", "--num_train_epochs", "2",
                  "--seed", "3"]) == 0
     printed = capsys.readouterr().out
-    assert "end to end on the 4 problems with gold of 4 (3 graded): loss soft_ce on the grades + 0.5 x soft_label" \
+    assert "end to end on the 4 problems with gold of 4 (3 graded): loss soft_ce on the grades + 0.5 x set_recall" \
         in printed and f"model saved to {out}" in printed
     meta = json.loads((out / "selector.json").read_text())
     cfg = meta["extra"]["finetune_config"]

@@ -151,7 +151,9 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     t.add_argument("--patience", type=nonneg_int, default=None, help="early-stopping patience in epochs (0: never stop)")
     t.add_argument(
         "--loss", default=None,
-        help="layerwise (the paper's), sparse_ce, soft_label (graded relevance) or approx_ndcg; see dgn.train.training_loss",
+        help="end to end (the default): set_recall (default), soft_label or layerwise, see dgn.sentence.FinetuneConfig; "
+        "on --features: layerwise (the paper's), sparse_ce, soft_label (graded relevance) or approx_ndcg, see "
+        "dgn.train.training_loss",
     )
     t.add_argument("--sparse-weight", type=_float, default=None,
                    help="add this times the sparse loss to a graded one (soft_label, approx_ndcg)")

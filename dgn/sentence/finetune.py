@@ -105,14 +105,16 @@ class FinetuneConfig:
         head_lr: AdamW learning rate of the head (the DGN's encoder, objective, modular term).
         weight_decay: AdamW weight decay.
         warmup: Share of the steps with a linearly rising learning rate.
-        loss: The DGN head's layer-wise loss: ``"soft_label"`` (each layer's target is
-            the gold not yet picked, ``gold / |gold|``; at the first layer this is exactly
-            the listwise head's loss), ``"layerwise"`` (the paper's eq. 5, each open
-            gold item as if it were the only correct one) or ``"set_recall"`` (each
-            layer's target is the items that raise recall, the best coverage of one of
-            the alternative gold sets, the most:
-            :func:`~dgn.losses.set_recall_cross_entropy`; the listwise head then takes
-            its first layer's target).
+        loss: The DGN head's layer-wise loss: ``"set_recall"`` (default; each layer's
+            target is the items that raise recall, the best coverage of one of the
+            alternative gold sets, the most: :func:`~dgn.losses.set_recall_cross_entropy`;
+            the listwise head takes its first layer's target), ``"soft_label"`` (each
+            layer's target is the gold not yet picked, ``gold / |gold|``; at the first
+            layer this is the listwise head's loss on the union of the gold sets) or
+            ``"layerwise"`` (the paper's eq. 5, each open gold item as if it were the
+            only correct one). ``"set_recall"`` had the best mean dev recall for both
+            heads in 5-fold cross-validation on WiCE (docs/benchmarks.md); on problems
+            with one gold set it equals ``"soft_label"``.
         first_layer_weight: Weight of an extra copy of the first layer's term in the DGN
             head's loss (0: none): more weight on the first pick, which is a plain
             listwise ranking.
@@ -146,7 +148,7 @@ class FinetuneConfig:
     head_lr: float = 1e-3
     weight_decay: float = 0.01
     warmup: float = 0.1
-    loss: str = "soft_label"
+    loss: str = "set_recall"
     first_layer_weight: float = 0.0
     top_l: int | None = 24
     seed: int = 0
