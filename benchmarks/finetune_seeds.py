@@ -290,15 +290,17 @@ def _test_problems(records: list[dict]) -> dict[str, Any]:
 
 
 def _multi_sentence_metrics(records: list[dict]) -> None:
-    """Replace each record's test metrics by those over the claims whose every gold set
-    holds 2 or more sentences (the claims that need several sentences)."""
+    """Restrict each record to the claims whose every gold set holds 2 or more sentences
+    (the claims that need several sentences): its test metrics and, for the redundancy
+    measures, its ids and rankings."""
     from dgn.metrics import evaluate_rankings
 
     by_id = _test_problems(records)
     for r in records:
-        keep = [(row, by_id[pid].gold) for pid, row in zip(r["ids"], r["rankings"], strict=True)
+        kept = [(pid, row) for pid, row in zip(r["ids"], r["rankings"], strict=True)
                 if by_id[pid].gold and min(len(g) for g in by_id[pid].gold) >= 2]
-        r["test"] = evaluate_rankings([row for row, _ in keep], [g for _, g in keep], ks=KS,
+        r["ids"], r["rankings"] = [pid for pid, _ in kept], [row for _, row in kept]
+        r["test"] = evaluate_rankings(r["rankings"], [by_id[pid].gold for pid in r["ids"]], ks=KS,
                                       names=("recall", "precision", "f1", "strict"))
 
 
