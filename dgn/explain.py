@@ -220,7 +220,8 @@ def load_explainable(
         if selector.dgn is None:
             raise DgnUserError(f"--model {model_dir}: trained end to end under a listwise head, not a DGN; "
                                "explain shows a DGN's greedy objective")
-        return selector.dgn, EndToEndFeatures(selector)
+        features = EndToEndFeatures(selector)
+        return features.explained(), features
     from dgn.pipeline import featurizer_for_model
 
     model = load_model(model_dir)

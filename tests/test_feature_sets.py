@@ -191,6 +191,33 @@ def test_finetune_encoder_with_lexical_features_then_predict_and_explain(files):
     assert "step 2: pick" in proc.stdout
 
 
+@needs_encoders
+def test_train_with_the_facility_term_then_predict_and_explain(files):
+    """``dgn train --facility W``: the DGN head adds facility location; the saved model keeps
+    it (and its learned weight), explain picks what predict picks, a resumed run must keep
+    it, and frozen-feature training refuses the option."""
+    out = files["root"] / "e2e-fl"
+    proc = run_dgn(["train", "--train", files["train"], "--output", out, "--epochs", "1", "--facility", "2",
+                    "--quiet"], files["cache"], timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((out / "selector.json").read_text())
+    assert meta["facility"] > 0 and meta["facility"] != 2.0  # learned from 2
+    assert json.loads((out / "train_history.json").read_text())["facility"] == 2.0
+    preds = files["root"] / "e2e-fl-preds.jsonl"
+    proc = run_dgn(["predict", "--model", out, "--data", files["dev"], "--output", preds, "--k", "2"], files["cache"])
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads(preds.read_text().splitlines()[0])
+    proc = run_dgn(["explain", "--model", out, "--data", files["dev"], "--id", first["id"], "--steps", "2"],
+                   files["cache"])
+    assert proc.returncode == 0, proc.stderr
+    assert f"selected 2: {first['ranking']}" in proc.stdout
+    proc = run_dgn(["train", "--resume", out, "--facility", "0"], files["cache"])
+    assert proc.returncode != 0 and "the run being resumed had a facility-location term" in proc.stderr, proc.stderr
+    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "frozen-fl",
+                    "--features", "lexical", "--facility", "1"], files["cache"])
+    assert proc.returncode == 2 and "--facility: only used by end-to-end training" in proc.stderr, proc.stderr
+
+
 def test_end_to_end_is_the_default_only_without_frozen_feature_options(monkeypatch):
     """--features, --vectors and --resume name frozen-feature training; without the
     'encoders' extra there is no encoder to fine-tune."""

@@ -203,6 +203,57 @@ def test_load_explainable_reads_either_kind_of_checkpoint(encoder, tmp_path):
         load_explainable(tmp_path / "listwise")
 
 
+def test_explain_follows_the_facility_term(encoder, tmp_path):
+    """With the facility-location term, explain runs greedy on the SCMM plus facility
+    location: the picks are rank_problems's, which differ from the SCMM's alone for a weight
+    large enough, and each step's gains are what the facility greedy computes."""
+    from dgn.explain import explain_problem, load_explainable
+
+    torch.manual_seed(0)
+    EndToEndSelector(encoder, "dgn", facility=50.0).save_pretrained(tmp_path / "fl")
+    model, featurizer = load_explainable(tmp_path / "fl")
+    selector = EndToEndSelector.from_pretrained(tmp_path / "fl")
+    assert featurizer.dim == selector.dgn.config.in_features + selector.dim == model.config.in_features
+    problems = [*PROBLEMS, Problem("dup", "The Eiffel Tower is in Paris and was built in 1889.", [
+        "The Eiffel Tower is in Paris.", "The Eiffel Tower is located in Paris.", "The Eiffel Tower stands in Paris.",
+        "It was built in 1889.", "Bananas are yellow."], [[0, 3]])]
+    expected = rank_problems(selector, problems, 3, progress=False)
+    without = selector.dgn
+    differs = 0
+    for problem, ranking in zip(problems, expected, strict=True):
+        expl = explain_problem(model, featurizer, problem, steps=3)
+        assert [step.pick.index for step in expl.steps] == list(ranking)[: len(expl.steps)], problem.id
+        X = torch.from_numpy(featurizer.problem_features(problem.query, problem.candidates)).unsqueeze(0)
+        n = selector.dgn.config.in_features
+        scmm_only = without.select(X[..., :n], steps=3)[2].indices[0].tolist()
+        differs += scmm_only[: len(expl.steps)] != [step.pick.index for step in expl.steps]
+        # every step's gains against a brute-force f(A) = SCMM(A) + sum_A modular
+        # + w * (FL(A) - sum_{a in A} sum_u cos+(u, a)), FL(A) = sum_u max_{a in A} cos+(u, a)
+        valid = torch.ones(X.shape[:2], dtype=torch.bool)
+        with torch.no_grad():
+            H, beta = without._encode_and_score(X[..., :n], valid)
+            alpha = selector.dgn.objective.weights(H)
+            w = float(selector.facility.weights(H)[1])
+        H, beta, alpha = H[0].double(), beta[0].double(), alpha.double()
+        C = torch.nn.functional.normalize(X[0, :, n:].double(), dim=-1)
+        C = (C @ C.T).clamp(min=0)
+
+        def f(picks: list[int], H=H, beta=beta, alpha=alpha, C=C, w=w) -> float:
+            if not picks:
+                return 0.0
+            scmm = (alpha * selector.dgn.objective.phi(H[picks].sum(0))).sum()
+            fl = C[:, picks].max(1).values.sum() - C[:, picks].sum()
+            return float(scmm + beta[picks].sum() + w * fl)
+
+        picks: list[int] = []
+        for step, row in zip(expl.steps, expl.step_gains, strict=True):
+            want = [None if v in picks else f([*picks, v]) - f(picks) for v in range(len(problem.candidates))]
+            assert [g is None for g in row] == [g is None for g in want]
+            assert [g for g in row if g is not None] == pytest.approx([g for g in want if g is not None], abs=1e-3)
+            picks.append(step.pick.index)
+    assert differs, "the facility term never changed a pick: the comparison would not tell the two apart"
+
+
 def test_train_end_to_end_joins_several_files_and_checks_its_arguments_first(tmp_path):
     """Two training files give the run on one file holding both (same seed, same weights);
     a missing file, a bad head, an output path that is a file, a dev file without gold and
@@ -238,6 +289,10 @@ def test_train_end_to_end_joins_several_files_and_checks_its_arguments_first(tmp
         ({"train": both, "output": a_file}, "not a directory"),
         ({"train": [first, second], "dev": no_gold, "output": tmp_path / "o5"}, "no problem has gold"),
         ({"train": [first, both], "output": tmp_path / "o6"}, "also occurs in"),
+        ({"train": both, "output": tmp_path / "o7", "facility": -1.0}, "--facility must be a positive number"),
+        ({"train": both, "output": tmp_path / "o8", "facility": float("nan")}, "--facility must be a positive"),
+        ({"train": both, "output": tmp_path / "o9", "head": "listwise", "facility": 1.0},
+         "the facility-location term is the DGN head's"),
     ):
         kwargs = {"dev": None, **kwargs}
         with pytest.raises((DgnUserError, DataError), match=message):

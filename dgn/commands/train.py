@@ -102,6 +102,11 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     )
     p.add_argument("--encoder-lr", type=types["positive_float"], default=None,
                    help="with --finetune-encoder: AdamW learning rate of the transformer (default 2e-5)")
+    p.add_argument("--facility", type=types["nonnegative_float"], default=None, metavar="W",
+                   help="end to end: starting weight of the DGN head's facility-location term over the candidates' "
+                   "sentence embeddings, learned with the rest (a candidate's gain loses what the picks already "
+                   "cover of its similarity to the others; the first pick is unchanged); 0: no such term "
+                   "(default: dgn.sentence.DEFAULT_FACILITY)")
     p.add_argument("--claims-per-step", type=pos_int, default=None, metavar="N",
                    help="end to end: problems per optimiser step (default 1); under torchrun the global batch, "
                    "split into one contiguous slice per process, so it must be at least the number of processes")
@@ -252,7 +257,8 @@ def _train(args: argparse.Namespace) -> int:
     if args.finetune_encoder or end_to_end_default:
         return _finetune(args, model_over, train_over, ft_over)
     end_to_end_only = [o for o, v in (("--encoder-lr", args.encoder_lr), ("--claims-per-step", args.claims_per_step),
-                                      ("--save-every", args.save_every)) if v is not None]
+                                      ("--save-every", args.save_every), ("--facility", args.facility))
+                       if v is not None]
     if end_to_end_only:
         raise DgnUserError(f"{', '.join(end_to_end_only)}: only used by end-to-end training (--finetune-encoder); "
                            "on frozen features the global batch is --batch-size and the state is saved every epoch")
@@ -395,6 +401,7 @@ def _finetune(
     result = train_end_to_end(
         args.train, args.dev, args.output, config=config, encoder_model=args.encoder_model, lexical=lexical,
         device=args.device, save_every=args.save_every, resume_settings=saved, progress=not args.quiet,
+        facility="default" if args.facility is None else (args.facility or None),
     )
     if not distributed.is_main():
         return 0  # rank 0 reports

@@ -23,6 +23,7 @@ from dgn.sentence.encoder import (
     resolve_model_path,
 )
 from dgn.sentence.finetune import (
+    DEFAULT_FACILITY,
     HEADS,
     EndToEndFeatures,
     EndToEndSelector,
@@ -37,6 +38,7 @@ from dgn.sentence.finetune import (
 )
 
 __all__ = [
+    "DEFAULT_FACILITY",
     "DEFAULT_MODEL",
     "HEADS",
     "EndToEndFeatures",

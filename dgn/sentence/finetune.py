@@ -82,6 +82,9 @@ DENSE_LOSSES = ("soft_label", "approx_ndcg")
 INITS = ("cosine", "coverage", "diverse")
 #: The diverse start's SCMM weights alpha (see :class:`EndToEndSelector`).
 DIVERSE_COVERAGE_WEIGHT = 0.05
+#: :func:`train_end_to_end`'s starting weight of the DGN head's facility-location term
+#: (``dgn train --facility``; None: no such term). See :class:`EndToEndSelector`'s ``facility``.
+DEFAULT_FACILITY: float | None = None
 #: Texts per encoder pass in a training step, shortest first (see :func:`~dgn.sentence.encoder.embed`).
 TRAIN_BUCKET = 8
 _HEAD_CONFIG = "selector.json"
@@ -402,17 +405,25 @@ class EndToEndSelector(nn.Module):
     def _score_with_facility(self, X: Tensor, sentences: Tensor, mask: Tensor, steps: int | None) -> DGNOutput:
         """The DGN head with the facility-location term (see ``facility``): greedy over
         ``[H, normalised embeddings]`` on the :class:`~dgn.objectives.SumObjective`."""
-        assert self.dgn is not None and self.facility is not None and self.facility_greedy is not None
+        assert self.dgn is not None and self.facility_greedy is not None
+        HS, beta, valid = self._facility_inputs(X, sentences, mask)
+        K = self.dgn.config.steps if steps is None else steps
+        self.facility_greedy.train(self.training)
+        out = self.facility_greedy(HS, valid, beta, K, tau=self.dgn.config.tau)
+        return DGNOutput(out.logits, out.distributions, out.indices, out.gains, out.valid, HS[..., : -self.dim])
+
+    def _facility_inputs(self, X: Tensor, sentences: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """What the greedy over :attr:`facility` reads: ``[H, normalised embeddings]``
+        ``(B, N, E + D)``, the bonus ``(B, N)`` (the modular term less each candidate's
+        facility penalty ``w * sum_u cos+(u, v)``) and the valid mask."""
+        assert self.dgn is not None and self.facility is not None
         X, valid = self.dgn._inputs(X, mask)
         H, beta = self.dgn._encode_and_score(X, valid)
         S = nn.functional.normalize(sentences.to(H.dtype), dim=-1) * valid.unsqueeze(-1).to(H.dtype)
         fl = self.facility.parts[1]
         single = fl.gains(S, fl.init_state(S, valid))  # (B, N): sum_u cos+(u, v)
         beta = -self.facility.weights(H)[1] * single + (0.0 if beta is None else beta)
-        K = self.dgn.config.steps if steps is None else steps
-        self.facility_greedy.train(self.training)
-        out = self.facility_greedy(torch.cat([H, S], dim=-1), valid, beta, K, tau=self.dgn.config.tau)
-        return DGNOutput(out.logits, out.distributions, out.indices, out.gains, out.valid, H)
+        return torch.cat([H, S], dim=-1), beta, valid
 
     def loss(
         self,
@@ -782,6 +793,16 @@ def _check_global_batch(claims_per_step: int, world: int) -> None:
         )
 
 
+def _check_facility(facility: Any, head: str) -> None:
+    if facility is None:
+        return
+    if isinstance(facility, bool) or not isinstance(facility, (int, float)) or not (0 < facility < float("inf")):
+        raise DgnUserError(f"--facility must be a positive number (0: no facility-location term), got {facility!r}")
+    if head != "dgn":
+        raise DgnUserError(f"--facility {facility:g}: the facility-location term is the DGN head's; "
+                           "the listwise head has no greedy steps")
+
+
 def _check_save_every(save_every: int | None) -> None:
     if save_every is not None and (isinstance(save_every, bool) or not isinstance(save_every, int) or save_every <= 0):
         raise DgnUserError(f"--save-every must be a positive integer (optimiser steps), got {save_every!r}")
@@ -1044,6 +1065,7 @@ def train_end_to_end(
     on_step: Callable[[int, int], None] | None = None,
     resume_settings: dict[str, Any] | None = None,
     progress: bool = True,
+    facility: float | None | str = "default",
 ) -> FinetuneResult:
     """Fine-tune a sentence encoder under ``head`` on a selection file; save the best epoch.
 
@@ -1055,6 +1077,9 @@ def train_end_to_end(
     (:data:`dgn.train.STATE_NAME`), all written by rank 0.
     ``head``: ``"dgn"`` (None: the default, or the resumed run's) or ``"listwise"``.
     ``lexical``: the head reads the lexical match features too (``--features sentence,lexical``).
+    ``facility``: the DGN head's facility-location term's starting weight (``dgn train
+    --facility``; see :class:`EndToEndSelector`), None for none; ``"default"``:
+    :data:`DEFAULT_FACILITY` (resuming: the run's own).
     ``train`` may name several files: they are joined into ``output/train-combined.jsonl``
     (problem ids must not repeat across them), as :func:`dgn.train.train_from_files` does.
     ``device``: ``"cpu"`` (default) or ``"cuda"`` (under torchrun: each process's
@@ -1100,6 +1125,12 @@ def train_end_to_end(
         if encoder_model is not None and resolve_model_path(encoder_model) != resolve_model_path(saved["encoder_model"]):
             raise DgnUserError(f"encoder_model {str(encoder_model)!r}: the run being resumed fine-tuned "
                                f"{saved['encoder_model'] or DEFAULT_MODEL!r}")
+        had = bool(recorded.get("facility", False))
+        if facility != "default" and (facility is not None) != had:
+            raise DgnUserError(f"facility {facility!r}: the run being resumed had "
+                               f"{'a' if had else 'no'} facility-location term")
+        # The starting weight is overwritten by the saved state's; only its presence matters.
+        facility = (1.0 if facility in ("default", None) else facility) if had else None
         head, lexical, encoder_model = recorded["head"], recorded["lexical"], saved["encoder_model"]
         run_config = FinetuneConfig(**{**saved["train_config"], "eval_ks": tuple(saved["train_config"]["eval_ks"])})
         if config is not None and config != run_config:
@@ -1114,6 +1145,9 @@ def train_end_to_end(
     head = "dgn" if head is None else head
     if head not in HEADS:
         raise DgnUserError(f"head must be {' or '.join(map(repr, HEADS))}, got {head!r}")
+    if facility == "default":
+        facility = DEFAULT_FACILITY if head == "dgn" else None
+    _check_facility(facility, head)
     resolve_model_path(encoder_model)
     cfg = config or FinetuneConfig()
     _check_global_batch(cfg.claims_per_step, world)
@@ -1125,7 +1159,8 @@ def train_end_to_end(
     out = model_directory(output)
     train = one_train_file(train_files, out, progress, problems=train_problems, write=main)
     torch.manual_seed(cfg.seed)
-    model = EndToEndSelector(load_sentence_model(encoder_model), head, lexical=bool(lexical)).to(where)
+    model = EndToEndSelector(load_sentence_model(encoder_model), head, lexical=bool(lexical),
+                             facility=None if facility is None else float(facility)).to(where)
     if progress:
         verb = "resuming" if saved is not None else "fine-tuning"
         print(f"{verb} the sentence encoder under the {head} head ({model.num_parameters():,} parameters) "
@@ -1137,6 +1172,7 @@ def train_end_to_end(
         "dev": None if dev is None else str(Path(dev).resolve()),
         "encoder_model": None if encoder_model is None else str(encoder_model),
         "features": ["sentence", "lexical"] if lexical else ["sentence"],
+        "facility": facility,
         "finetune_config": asdict(cfg),
         "world_size": world,
     }
@@ -1167,14 +1203,22 @@ class EndToEndFeatures:
     """The DGN head's input features of one problem, as :func:`dgn.explain.explain_problem` asks them.
 
     Adapts an :class:`EndToEndSelector` to the featurizer interface explain uses
-    (``dim``, ``problem_features``, ``transform``).
+    (``dim``, ``problem_features``, ``transform``). With the facility-location term the
+    candidates' sentence embeddings follow the head's features (``dim`` grows by the
+    embedding size), and :meth:`explained` is the model explain runs.
     """
 
     def __init__(self, model: EndToEndSelector) -> None:
         if model.dgn is None:
             raise DgnUserError("only a model with the DGN head has greedy steps to explain")
         self.model = model
-        self.dim = model.dgn.config.in_features
+        self.dim = model.dgn.config.in_features + (model.dim if model.facility is not None else 0)
+
+    def explained(self) -> Any:
+        """What :func:`dgn.explain.explain_problem` runs: the DGN head itself, or with the
+        facility-location term a :class:`_FacilityGreedy` over both."""
+        assert self.model.dgn is not None
+        return self.model.dgn if self.model.facility is None else _FacilityGreedy(self.model)
 
     @torch.no_grad()
     def problem_features(self, query: str, candidates: Sequence[str]) -> np.ndarray:
@@ -1183,9 +1227,55 @@ class EndToEndFeatures:
         try:
             q, S, mask = self.model.embed_problems([query], [list(candidates)])
             lex = self.model.lexical_for([query], [list(candidates)], mask.shape[1])
-            return self.model.head_features(q, S, mask, lex)[0].cpu().numpy()
+            X = self.model.head_features(q, S, mask, lex)
+            if self.model.facility is not None:
+                X = torch.cat([X, S.to(X.dtype)], dim=-1)
+            return X[0].cpu().numpy()
         finally:
             self.model.train(was_training)
 
     def transform(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(x, dtype=np.float32)
+
+
+class _FacilityGreedy:
+    """The DGN head with its facility-location term, as :func:`dgn.explain.explain_problem`
+    runs a :class:`~dgn.model.DGN`: ``config`` (``in_features`` counts the sentence
+    embeddings :class:`EndToEndFeatures` appends), ``training``, ``train``/``eval`` and
+    ``select`` (exact hard greedy on the SCMM plus facility location, the picks
+    :meth:`EndToEndSelector.score` makes in ``eval()`` mode)."""
+
+    def __init__(self, model: EndToEndSelector) -> None:
+        from dataclasses import replace
+
+        assert model.dgn is not None and model.facility is not None
+        self.model = model
+        self.config = replace(model.dgn.config, in_features=model.dgn.config.in_features + model.dim)
+
+    @property
+    def training(self) -> bool:
+        return self.model.training
+
+    def train(self, mode: bool = True) -> _FacilityGreedy:
+        self.model.train(mode)
+        return self
+
+    def eval(self) -> _FacilityGreedy:
+        return self.train(False)
+
+    def select(
+        self, features: Any, mask: Any = None, steps: int | None = None, return_step_gains: bool = False
+    ) -> tuple[Tensor, Tensor | None, Any]:
+        from dgn._validation import as_features
+        from dgn.greedy import greedy_select
+
+        assert self.model.dgn is not None and self.model.facility is not None
+        X, _ = as_features(features)
+        X = X.to(next(self.model.parameters()).dtype)
+        n_head = self.model.dgn.config.in_features
+        if mask is None:
+            mask = torch.ones(X.shape[:2], dtype=torch.bool)
+        HS, beta, valid = self.model._facility_inputs(X[..., :n_head], X[..., n_head:], torch.as_tensor(mask))
+        K = self.config.steps if steps is None else steps
+        sel = greedy_select(HS, K, self.model.facility, valid, modular=beta, return_step_gains=return_step_gains)
+        return HS[..., : -self.model.dim], beta, sel
