@@ -42,7 +42,8 @@ def main() -> None:
     parser.add_argument("--coverage-weight", type=float, default=None,
                         help="the DGN head's starting SCMM weights alpha (default: the init's)")
     parser.add_argument("--facility", type=float, default=None,
-                        help="the DGN head adds facility location over the sentence embeddings, with this starting weight")
+                        help="starting weight of the DGN head's facility location over the sentence embeddings "
+                        "(default: dgn.sentence.DEFAULT_FACILITY; 0: none)")
     parser.add_argument("--first-layer-weight", type=float, default=0.0,
                         help="weight of an extra first-layer term in the DGN head's loss")
     parser.add_argument("--listwise-loss", default="set_recall",
@@ -83,7 +84,11 @@ def main() -> None:
         rank_problems,
     )
     from dgn.sentence.encoder import embedding_dim
-    from dgn.sentence.finetune import _default_dgn_config
+    from dgn.sentence.finetune import DEFAULT_FACILITY, _default_dgn_config
+
+    if args.facility is None:
+        args.facility = DEFAULT_FACILITY
+    args.facility = args.facility or None  # 0: no facility-location term
 
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)

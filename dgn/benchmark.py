@@ -757,6 +757,7 @@ def _run_split(
         if name not in s.models:
             continue
         from dgn.sentence import (
+            DEFAULT_FACILITY,
             EndToEndSelector,
             FinetuneConfig,
             finetune,
@@ -767,7 +768,8 @@ def _run_split(
         rankings[name], seconds[name] = [], []
         for seed in s.end_to_end_seeds:
             torch.manual_seed(seed)
-            model = EndToEndSelector(load_sentence_model(s.encoder_model), head, lexical=lexical)
+            model = EndToEndSelector(load_sentence_model(s.encoder_model), head, lexical=lexical,
+                                     facility=DEFAULT_FACILITY if head == "dgn" else None)
             parameters[name] = model.num_parameters()
             if progress:
                 print(f"fine-tuning {name} ({model.num_parameters():,} parameters), seed {seed}", flush=True)

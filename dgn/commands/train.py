@@ -106,7 +106,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
                    help="end to end: starting weight of the DGN head's facility-location term over the candidates' "
                    "sentence embeddings, learned with the rest (a candidate's gain loses what the picks already "
                    "cover of its similarity to the others; the first pick is unchanged); 0: no such term "
-                   "(default: dgn.sentence.DEFAULT_FACILITY)")
+                   "(default 1, dgn.sentence.DEFAULT_FACILITY, chosen on WiCE dev)")
     p.add_argument("--claims-per-step", type=pos_int, default=None, metavar="N",
                    help="end to end: problems per optimiser step (default 1); under torchrun the global batch, "
                    "split into one contiguous slice per process, so it must be at least the number of processes")
