@@ -186,7 +186,6 @@ def test_frozen_dgn_gains_are_hard_greedy_marginal_gains(models):
         assert sel.gains == pytest.approx(gains, **GAIN_TOL), problem.id
 
 
-@needs_encoders
 def _facility_greedy_reference(model, X: torch.Tensor, k: int) -> tuple[list[int], list[float]]:
     """Brute-force hard greedy on the end-to-end DGN head with its facility-location term:
     ``X (N, F + d)`` is the head's features then the sentence embeddings, and
@@ -217,6 +216,7 @@ def _facility_greedy_reference(model, X: torch.Tensor, k: int) -> tuple[list[int
     return picks, gains
 
 
+@needs_encoders
 def test_end_to_end_dgn_gains_are_hard_greedy_marginal_gains(models):
     """The end-to-end DGN head: the BM25 cut (cut_candidates), the head's input features from
     the fine-tuned encoder (EndToEndFeatures, one problem at a time), then hard greedy on
