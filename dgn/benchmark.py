@@ -757,9 +757,9 @@ def _run_split(
         if name not in s.models:
             continue
         from dgn.sentence import (
-            DEFAULT_FACILITY,
             EndToEndSelector,
             FinetuneConfig,
+            default_facility,
             finetune,
             load_sentence_model,
             rank_problems,
@@ -769,7 +769,7 @@ def _run_split(
         for seed in s.end_to_end_seeds:
             torch.manual_seed(seed)
             model = EndToEndSelector(load_sentence_model(s.encoder_model), head, lexical=lexical,
-                                     facility=DEFAULT_FACILITY if head == "dgn" else None)
+                                     facility=default_facility(head))
             parameters[name] = model.num_parameters()
             if progress:
                 print(f"fine-tuning {name} ({model.num_parameters():,} parameters), seed {seed}", flush=True)

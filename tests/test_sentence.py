@@ -20,6 +20,7 @@ from dgn.sentence import (
     rank_problems,
     resolve_model_path,
 )
+from tests.facility_reference import facility_set_function
 
 # Marks, not a skip at import, so that DGN_REQUIRE_REFERENCES=1 (.ci/run) sees a missing extra.
 pytestmark = [
@@ -227,24 +228,8 @@ def test_explain_follows_the_facility_term(encoder, tmp_path):
         n = selector.dgn.config.in_features
         scmm_only = without.select(X[..., :n], steps=3)[2].indices[0].tolist()
         differs += scmm_only[: len(expl.steps)] != [step.pick.index for step in expl.steps]
-        # every step's gains against a brute-force f(A) = SCMM(A) + sum_A modular
-        # + w * (FL(A) - sum_{a in A} sum_u cos+(u, a)), FL(A) = sum_u max_{a in A} cos+(u, a)
-        valid = torch.ones(X.shape[:2], dtype=torch.bool)
-        with torch.no_grad():
-            H, beta = without._encode_and_score(X[..., :n], valid)
-            alpha = selector.dgn.objective.weights(H)
-            w = float(selector.facility.weights(H)[1])
-        H, beta, alpha = H[0].double(), beta[0].double(), alpha.double()
-        C = torch.nn.functional.normalize(X[0, :, n:].double(), dim=-1)
-        C = (C @ C.T).clamp(min=0)
-
-        def f(picks: list[int], H=H, beta=beta, alpha=alpha, C=C, w=w) -> float:
-            if not picks:
-                return 0.0
-            scmm = (alpha * selector.dgn.objective.phi(H[picks].sum(0))).sum()
-            fl = C[:, picks].max(1).values.sum() - C[:, picks].sum()
-            return float(scmm + beta[picks].sum() + w * fl)
-
+        # every step's gains against the brute-force set function (tests/facility_reference.py)
+        f = facility_set_function(selector, X[0])
         picks: list[int] = []
         for step, row in zip(expl.steps, expl.step_gains, strict=True):
             want = [None if v in picks else f([*picks, v]) - f(picks) for v in range(len(problem.candidates))]

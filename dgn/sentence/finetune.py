@@ -87,6 +87,15 @@ DIVERSE_COVERAGE_WEIGHT = 0.05
 #: Chosen on WiCE's dev folds (5-fold cross-validation, three seeds): mean dev recall@{1,3,5,7}
 #: 0.7292 with the term against 0.7270 without (docs/benchmarks.md, the greedy-layers study).
 DEFAULT_FACILITY: float | None = 1.0
+
+
+def default_facility(head: str) -> float | None:
+    """The facility-location weight a new model of this head starts with by default:
+    :data:`DEFAULT_FACILITY` for the DGN head, None (no such term) for the listwise head,
+    which has no greedy step to put it in."""
+    return DEFAULT_FACILITY if head == "dgn" else None
+
+
 #: Texts per encoder pass in a training step, shortest first (see :func:`~dgn.sentence.encoder.embed`).
 TRAIN_BUCKET = 8
 _HEAD_CONFIG = "selector.json"
@@ -1148,7 +1157,7 @@ def train_end_to_end(
     if head not in HEADS:
         raise DgnUserError(f"head must be {' or '.join(map(repr, HEADS))}, got {head!r}")
     if facility == "default":
-        facility = DEFAULT_FACILITY if head == "dgn" else None
+        facility = default_facility(head)
     _check_facility(facility, head)
     resolve_model_path(encoder_model)
     cfg = config or FinetuneConfig()
