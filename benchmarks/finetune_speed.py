@@ -11,7 +11,9 @@ same machine; the median block is reported, with its ratio to the first variant)
   the same embeddings up to float rounding (the attention mask keeps padding out);
 * ``buckets+bf16``: the same under ``torch.autocast("cpu", torch.bfloat16)``;
 * ``buckets+compile``: the transformer through ``torch.compile(dynamic=True)`` (its
-  compilation timed apart, in the first block).
+  compilation timed apart, in the first block);
+* ``buckets+freezeN``: the token embeddings and the bottom N transformer layers fixed
+  (``FinetuneConfig.freeze_layers = N``): no backward pass below layer N.
 
 Prediction: :func:`dgn.sentence.rank_problems` on ``--predict`` test problems (every text
 embedded once, no gradients, batches of 64 sorted by length), in float32 and with the
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import re
 import statistics
 import time
 from pathlib import Path
@@ -67,7 +70,9 @@ def _train_block(model, problems, variant: str) -> float:
     try:
         with autocast:
             start = time.perf_counter()
-            finetune(model, problems, None, FinetuneConfig(), progress=False)
+            frozen = re.search(r"freeze(\d+)", variant)
+            cfg = FinetuneConfig(freeze_layers=int(frozen.group(1)) if frozen else 0)
+            finetune(model, problems, None, cfg, progress=False)
             return time.perf_counter() - start
     finally:
         finetune_module.TRAIN_BUCKET = bucket

@@ -151,6 +151,45 @@ def test_finetune_moves_the_encoder_and_lowers_the_loss_then_round_trips(encoder
     assert rank_problems(again, PROBLEMS, 3, progress=False) == rank_problems(model, PROBLEMS, 3, progress=False)
 
 
+def test_freeze_layers_keeps_the_bottom_fixed_and_leaves_the_gradients_above_as_they_were(encoder):
+    """Freezing the embeddings and bottom 4 layers stops the backward pass there: the
+    layers above get the very gradients of an unfrozen pass; finetune leaves the frozen
+    weights as they were, moves the rest, and turns requires_grad back on."""
+    from dgn.sentence.finetune import _batch_loss, frozen_bottom
+
+    torch.manual_seed(0)
+    model = EndToEndSelector(load_sentence_model(), "dgn")
+    model.eval()  # no dropout: the two passes see the same network
+    cfg = FinetuneConfig()
+    inner = model.encoder[0].auto_model
+    top = inner.encoder.layer[5].output.dense.weight
+    bottom = inner.encoder.layer[3].output.dense.weight
+    model.zero_grad()
+    _batch_loss(model, PROBLEMS[:2], cfg).backward()
+    full = top.grad.clone()
+    assert bottom.grad is not None
+    model.zero_grad(set_to_none=True)
+    with frozen_bottom(model, 4) as frozen:
+        assert any(p is bottom for p in frozen) and not any(p is top for p in frozen)
+        assert inner.embeddings.word_embeddings.weight in frozen
+        _batch_loss(model, PROBLEMS[:2], cfg).backward()
+    assert bottom.grad is None and inner.embeddings.word_embeddings.weight.grad is None
+    torch.testing.assert_close(top.grad, full, atol=1e-6, rtol=1e-4)
+    assert all(p.requires_grad for p in model.parameters())
+
+    before = {k: v.clone() for k, v in inner.state_dict().items()}
+    finetune(model, PROBLEMS, None, FinetuneConfig(freeze_layers=4, warmup=0.0), progress=False)
+    moved = {k for k, v in inner.state_dict().items() if not torch.equal(v, before[k])}
+    assert moved and all(k.startswith(("encoder.layer.4.", "encoder.layer.5.", "pooler.")) for k in moved), moved
+    assert all(p.requires_grad for p in model.parameters())
+
+    with pytest.raises(DgnUserError, match="has only 6 layers"):
+        finetune(model, PROBLEMS, None, FinetuneConfig(freeze_layers=7), progress=False)
+    assert all(p.requires_grad for p in model.parameters())
+    with pytest.raises(ValueError, match="freeze_layers must be an integer >= 0"):
+        FinetuneConfig(freeze_layers=-1)
+
+
 def test_lexical_heads_start_as_the_plain_heads_then_learn_and_round_trip(encoder, tmp_path):
     """With ``lexical=True`` the heads read the 8 lexical columns, computed as
     :func:`lexical_features` computes them; untrained (zero weight on them) they pick as

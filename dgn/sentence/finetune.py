@@ -29,11 +29,12 @@ exactly.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -154,6 +155,11 @@ class FinetuneConfig:
         ndcg_temperature: Temperature of ApproxNDCG's smooth ranks (as
             :class:`dgn.train.TrainConfig`).
         ndcg_k: Cutoff of ApproxNDCG (None: the whole list).
+        freeze_layers: Keep the transformer's token embeddings and its bottom this many
+            layers fixed during training (0, the default: every layer trains). The
+            backward pass then stops above them, so a step costs less (see
+            docs/benchmarks.md, "End-to-end training and prediction speed"); the
+            frozen weights are still saved with the model.
     """
 
     epochs: int = 1
@@ -171,6 +177,7 @@ class FinetuneConfig:
     sparse_weight: float = 0.0
     ndcg_temperature: float = 1.0
     ndcg_k: int | None = None
+    freeze_layers: int = 0
 
     def __post_init__(self) -> None:
         for name in ("epochs", "claims_per_step"):
@@ -203,6 +210,9 @@ class FinetuneConfig:
         if self.ndcg_k is not None and (isinstance(self.ndcg_k, bool) or not isinstance(self.ndcg_k, int)
                                         or self.ndcg_k <= 0):
             raise ValueError(f"FinetuneConfig.ndcg_k must be a positive integer or None, got {self.ndcg_k!r}")
+        n = self.freeze_layers
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"FinetuneConfig.freeze_layers must be an integer >= 0, got {n!r}")
 
 
 @dataclass
@@ -761,8 +771,8 @@ def _relevance_rows(problems: Sequence[Any], mask: Tensor) -> Tensor:
 def _optimizer(model: EndToEndSelector, cfg: FinetuneConfig, total_steps: int) -> tuple[torch.optim.AdamW, Any]:
     """AdamW (the transformer at ``encoder_lr``, the head at ``head_lr``) and its schedule:
     linear warm-up over ``warmup`` of the ``total_steps``, then linear decay to 0."""
-    head_params = [p for n, p in model.named_parameters() if not n.startswith("encoder.")]
-    groups = [{"params": list(model.encoder.parameters()), "lr": cfg.encoder_lr}]
+    head_params = [p for n, p in model.named_parameters() if not n.startswith("encoder.") and p.requires_grad]
+    groups = [{"params": [p for p in model.encoder.parameters() if p.requires_grad], "lr": cfg.encoder_lr}]
     if head_params:
         groups.append({"params": head_params, "lr": cfg.head_lr})
     optimizer = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
@@ -840,9 +850,10 @@ def _check_resumable(saved: dict[str, Any], model: EndToEndSelector, cfg: Finetu
     if saved.get("model_kind") != END_TO_END_KIND:
         raise DgnUserError(f"{path}: field 'model_kind': the saved run trained a {saved.get('model_kind')}, "
                            "not an end-to-end model")
+    defaults = {"model_config": {}, "train_config": asdict(FinetuneConfig())}  # fields newer than the state
     for section, now in (("model_config", _model_settings(model)), ("train_config", asdict(cfg))):
         for name, value in now.items():
-            before = saved[section].get(name)
+            before = saved[section].get(name, defaults[section].get(name))
             before, value = (list(v) if isinstance(v, tuple) else v for v in (before, value))
             if before != value:
                 raise DgnUserError(
@@ -918,8 +929,61 @@ def finetune(
 
     Raises:
         DgnUserError: No training problem with gold, a global batch smaller than the
-            number of processes, or ``resume`` from a state of another model or config.
+            number of processes, ``resume`` from a state of another model or config,
+            or ``config.freeze_layers`` more than the transformer has.
     """
+    cfg = config or FinetuneConfig()
+    with frozen_bottom(model, cfg.freeze_layers):
+        return _finetune(model, train, dev, cfg, on_best=on_best, on_step=on_step, progress=progress,
+                         state_path=state_path, resume=resume, save_every=save_every, extra_state=extra_state)
+
+
+@contextlib.contextmanager
+def frozen_bottom(model: EndToEndSelector, layers: int) -> Iterator[list[nn.Parameter]]:
+    """Within the block, the transformer's token embeddings and its bottom ``layers``
+    layers do not train (``requires_grad`` off; restored after). Yields the parameters
+    frozen (none when ``layers`` is 0).
+
+    Raises:
+        DgnUserError: The encoder is not a BERT-style transformer with ``embeddings`` and
+            ``encoder.layer``, or has fewer than ``layers`` layers.
+    """
+    if not layers:
+        yield []
+        return
+    inner = getattr(model.encoder[0], "auto_model", None)
+    blocks = getattr(getattr(inner, "encoder", None), "layer", None)
+    embeddings = getattr(inner, "embeddings", None)
+    if not isinstance(blocks, nn.ModuleList) or not isinstance(embeddings, nn.Module):
+        raise DgnUserError(f"freeze_layers={layers}: the encoder's transformer ({type(inner).__name__}) has no "
+                           "'embeddings' and 'encoder.layer' to freeze")
+    if layers > len(blocks):
+        raise DgnUserError(f"freeze_layers={layers}: the encoder's transformer has only {len(blocks)} layers")
+    params = [p for m in (embeddings, *blocks[:layers]) for p in m.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield params
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
+def _finetune(
+    model: EndToEndSelector,
+    train: Sequence[Any],
+    dev: Sequence[Any] | None,
+    cfg: FinetuneConfig,
+    *,
+    on_best: Callable[[EndToEndSelector, int, dict[str, float]], None] | None,
+    on_step: Callable[[int, int], None] | None,
+    progress: bool,
+    state_path: str | os.PathLike[str] | None,
+    resume: bool,
+    save_every: int | None,
+    extra_state: dict[str, Any] | None,
+) -> FinetuneResult:
+    """:func:`finetune`'s run, with ``cfg.freeze_layers`` already frozen."""
     from tqdm.auto import tqdm
 
     from dgn import distributed
@@ -929,7 +993,6 @@ def finetune(
     from dgn.train import END_TO_END_KIND, load_training_state, write_training_state
 
     retain_freed_memory()  # as dgn.train.train_model: no page faults on every step's tensors
-    cfg = config or FinetuneConfig()
     world, main = distributed.world_size(), distributed.is_main()
     _check_global_batch(cfg.claims_per_step, world)
     _check_save_every(save_every)
