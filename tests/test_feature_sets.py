@@ -195,14 +195,28 @@ def test_finetune_encoder_with_lexical_features_then_predict_and_explain(files):
 def test_train_with_the_facility_term_then_predict_and_explain(files):
     """``dgn train --facility W``: the DGN head adds facility location; the saved model keeps
     it (and its learned weight), explain picks what predict picks, a resumed run must keep
-    it, and frozen-feature training refuses the option."""
+    it, and frozen-feature training refuses the option. The run also freezes all 6 of the
+    transformer's layers (``--freeze-layers 6``): the saved encoder is the bundled one."""
+    import torch
+    from safetensors.torch import load_file
+
+    from dgn.sentence import resolve_model_path
+
     out = files["root"] / "e2e-fl"
     proc = run_dgn(["train", "--train", files["train"], "--output", out, "--epochs", "1", "--facility", "2",
-                    "--quiet"], files["cache"], timeout=600)
+                    "--freeze-layers", "6", "--quiet"], files["cache"], timeout=600)
     assert proc.returncode == 0, proc.stderr
     meta = json.loads((out / "selector.json").read_text())
     assert meta["facility"] > 0 and meta["facility"] != 2.0  # learned from 2
-    assert json.loads((out / "train_history.json").read_text())["facility"] == 2.0
+    history = json.loads((out / "train_history.json").read_text())
+    assert history["facility"] == 2.0 and history["finetune_config"]["freeze_layers"] == 6
+    saved = load_file(next(out.rglob("model.safetensors")))
+    bundled = load_file(Path(resolve_model_path()) / "model.safetensors")
+    shared = [k for k in saved if k in bundled and not k.startswith("pooler.")]
+    assert len(shared) > 90 and all(torch.equal(saved[k], bundled[k]) for k in shared)
+    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "e2e-fl7",
+                    "--freeze-layers", "7", "--quiet"], files["cache"])
+    assert proc.returncode != 0 and "freeze_layers=7: the encoder's transformer has only 6 layers" in proc.stderr
     preds = files["root"] / "e2e-fl-preds.jsonl"
     proc = run_dgn(["predict", "--model", out, "--data", files["dev"], "--output", preds, "--k", "2"], files["cache"])
     assert proc.returncode == 0, proc.stderr
@@ -216,6 +230,9 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
     proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "frozen-fl",
                     "--features", "lexical", "--facility", "1"], files["cache"])
     assert proc.returncode == 2 and "--facility: only used by end-to-end training" in proc.stderr, proc.stderr
+    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "frozen-fz",
+                    "--features", "lexical", "--freeze-layers", "2"], files["cache"])
+    assert proc.returncode == 2 and "--freeze-layers: only used by end-to-end training" in proc.stderr, proc.stderr
 
 
 def test_end_to_end_is_the_default_only_without_frozen_feature_options(monkeypatch):

@@ -1235,6 +1235,8 @@ def train_end_to_end(
     torch.manual_seed(cfg.seed)
     model = EndToEndSelector(load_sentence_model(encoder_model), head, lexical=bool(lexical),
                              facility=None if facility is None else float(facility)).to(where)
+    with frozen_bottom(model, cfg.freeze_layers):  # a count beyond the transformer's fails before training
+        pass
     if progress:
         verb = "resuming" if saved is not None else "fine-tuning"
         print(f"{verb} the sentence encoder under the {head} head ({model.num_parameters():,} parameters) "
