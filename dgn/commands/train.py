@@ -106,11 +106,11 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
                    help="end to end: starting weight of the DGN head's facility-location term over the candidates' "
                    "sentence embeddings, learned with the rest (a candidate's gain loses what the picks already "
                    "cover of its similarity to the others; the first pick is unchanged); 0: no such term "
-                   "(default 1, dgn.sentence.DEFAULT_FACILITY, chosen on WiCE dev)")
+                   "(default 3, dgn.sentence.DEFAULT_FACILITY, chosen on WiCE dev)")
     p.add_argument("--freeze-layers", type=types["nonnegative_int"], default=None, metavar="N",
                    help="end to end: keep the transformer's token embeddings and its bottom N layers fixed; the "
-                   "backward pass stops above them (a speed setting: N = 3 trains 1.7x faster than the default 0 "
-                   "on 2 cores, docs/benchmarks.md)")
+                   "backward pass stops above them: faster steps, at some cost in recall (default 0; "
+                   "docs/benchmarks.md measures both)")
     p.add_argument("--claims-per-step", type=pos_int, default=None, metavar="N",
                    help="end to end: problems per optimiser step (default 1); under torchrun the global batch, "
                    "split into one contiguous slice per process, so it must be at least the number of processes")
