@@ -109,8 +109,8 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
                    "(default 3, dgn.sentence.DEFAULT_FACILITY, chosen on WiCE dev)")
     p.add_argument("--freeze-layers", type=types["nonnegative_int"], default=None, metavar="N",
                    help="end to end: keep the transformer's token embeddings and its bottom N layers fixed; the "
-                   "backward pass stops above them: faster steps, at some cost in recall (default 0; "
-                   "docs/benchmarks.md measures both)")
+                   "backward pass stops above them, so steps are faster (default 0; docs/benchmarks.md measures "
+                   "speed and recall for N = 2 and 3)")
     p.add_argument("--claims-per-step", type=pos_int, default=None, metavar="N",
                    help="end to end: problems per optimiser step (default 1); under torchrun the global batch, "
                    "split into one contiguous slice per process, so it must be at least the number of processes")
