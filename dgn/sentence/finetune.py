@@ -939,19 +939,16 @@ def finetune(
                          state_path=state_path, resume=resume, save_every=save_every, extra_state=extra_state)
 
 
-@contextlib.contextmanager
-def frozen_bottom(model: EndToEndSelector, layers: int) -> Iterator[list[nn.Parameter]]:
-    """Within the block, the transformer's token embeddings and its bottom ``layers``
-    layers do not train (``requires_grad`` off; restored after). Yields the parameters
-    frozen (none when ``layers`` is 0).
+def bottom_modules(model: EndToEndSelector, layers: int) -> list[nn.Module]:
+    """The transformer's token embeddings and its bottom ``layers`` layers (none when
+    ``layers`` is 0): what ``FinetuneConfig.freeze_layers`` keeps fixed.
 
     Raises:
         DgnUserError: The encoder is not a BERT-style transformer with ``embeddings`` and
             ``encoder.layer``, or has fewer than ``layers`` layers.
     """
     if not layers:
-        yield []
-        return
+        return []
     inner = getattr(model.encoder[0], "auto_model", None)
     blocks = getattr(getattr(inner, "encoder", None), "layer", None)
     embeddings = getattr(inner, "embeddings", None)
@@ -960,7 +957,15 @@ def frozen_bottom(model: EndToEndSelector, layers: int) -> Iterator[list[nn.Para
                            "'embeddings' and 'encoder.layer' to freeze")
     if layers > len(blocks):
         raise DgnUserError(f"freeze_layers={layers}: the encoder's transformer has only {len(blocks)} layers")
-    params = [p for m in (embeddings, *blocks[:layers]) for p in m.parameters() if p.requires_grad]
+    return [embeddings, *blocks[:layers]]
+
+
+@contextlib.contextmanager
+def frozen_bottom(model: EndToEndSelector, layers: int) -> Iterator[list[nn.Parameter]]:
+    """Within the block, :func:`bottom_modules` do not train (``requires_grad`` off;
+    restored after). Yields the parameters frozen (none when ``layers`` is 0); raises as
+    :func:`bottom_modules`."""
+    params = [p for m in bottom_modules(model, layers) for p in m.parameters() if p.requires_grad]
     for p in params:
         p.requires_grad_(False)
     try:
@@ -1236,8 +1241,7 @@ def train_end_to_end(
     torch.manual_seed(cfg.seed)
     model = EndToEndSelector(load_sentence_model(encoder_model), head, lexical=bool(lexical),
                              facility=None if facility is None else float(facility)).to(where)
-    with frozen_bottom(model, cfg.freeze_layers):  # a count beyond the transformer's fails before training
-        pass
+    bottom_modules(model, cfg.freeze_layers)  # a count beyond the transformer's fails before training
     if progress:
         verb = "resuming" if saved is not None else "fine-tuning"
         print(f"{verb} the sentence encoder under the {head} head ({model.num_parameters():,} parameters) "
