@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--freeze-layers", type=int, default=0,
                         help="keep the transformer's embeddings and bottom N layers fixed (a speed setting)")
+    parser.add_argument("--grad-candidates", type=int, default=None,
+                        help="backpropagate through the gold and the N BM25-best other candidates only (a speed setting)")
     parser.add_argument("--folds", type=int, default=None, help="cross-validate (WiCE) instead of the fixed splits")
     parser.add_argument("--top-l", type=int, default=FinetuneConfig().top_l,
                         help="cut problems to their L BM25-best candidates (default: FinetuneConfig's, 24; 0: none)")
@@ -115,6 +117,7 @@ def main() -> None:
             cut = (f"-top{args.top_l}" if args.top_l else "") + ("-lex" if args.lexical else "")
             cut += f"-ep{args.epochs}" if args.epochs != 1 else ""
             cut += f"-freeze{args.freeze_layers}" if args.freeze_layers else ""
+            cut += f"-grad{args.grad_candidates}" if args.grad_candidates is not None else ""
             cut += "".join(f"-plus-{d}" for d in extra_sets)
             name = f"{args.dataset}{'-cv' + str(args.folds) if args.folds else ''}-{head}{tag}{cut}-seed{seed}"
             target = out / f"{name}.json"
@@ -137,7 +140,7 @@ def main() -> None:
                 model = EndToEndSelector(encoder, head, config, init=args.init, lexical=args.lexical,
                                          facility=args.facility if head == "dgn" else None)
                 ft = FinetuneConfig(seed=seed, loss=loss, epochs=args.epochs, top_l=args.top_l,
-                                    freeze_layers=args.freeze_layers,
+                                    freeze_layers=args.freeze_layers, grad_candidates=args.grad_candidates,
                                     first_layer_weight=args.first_layer_weight if head == "dgn" else 0.0)
                 t0 = time.perf_counter()
                 fits.append(finetune(model, train, dev, ft, progress=False).to_dict())

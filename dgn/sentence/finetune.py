@@ -161,6 +161,13 @@ class FinetuneConfig:
             backward pass then stops above them, so a step costs less (see
             docs/benchmarks.md, "End-to-end training and prediction speed"); the
             frozen weights are still saved with the model.
+        grad_candidates: Backpropagate only through the claim, the gold candidates and
+            this many other candidates of each problem, those BM25 ranks highest (the
+            hardest negatives by word overlap); the rest are embedded without gradients.
+            Every candidate still enters the loss, so the softmax of each layer is over
+            all of them; only the encoder's gradient from the easy negatives is left
+            out, and their backward pass with it. None (the default): every candidate
+            has gradients. A speed setting (docs/benchmarks.md).
     """
 
     epochs: int = 1
@@ -179,6 +186,7 @@ class FinetuneConfig:
     ndcg_temperature: float = 1.0
     ndcg_k: int | None = None
     freeze_layers: int = 0
+    grad_candidates: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("epochs", "claims_per_step"):
@@ -214,6 +222,9 @@ class FinetuneConfig:
         n = self.freeze_layers
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"FinetuneConfig.freeze_layers must be an integer >= 0, got {n!r}")
+        m = self.grad_candidates
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0):
+            raise ValueError(f"FinetuneConfig.grad_candidates must be an integer >= 0 or None, got {m!r}")
 
 
 @dataclass
@@ -354,13 +365,28 @@ class EndToEndSelector(nn.Module):
             self.dgn.modular_skip.weight[0, self._cos] = modular
 
     # ------------------------------------------------------------------ forward
-    def embed_problems(self, queries: Sequence[str], candidates: Sequence[Sequence[str]]) -> tuple[Tensor, Tensor, Tensor]:
-        """Embed claims and candidates in one pass: ``q (B, D)``, ``S (B, N, D)``, ``mask (B, N)``."""
+    def embed_problems(
+        self,
+        queries: Sequence[str],
+        candidates: Sequence[Sequence[str]],
+        grad: Sequence[Sequence[bool]] | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Embed claims and candidates in one pass: ``q (B, D)``, ``S (B, N, D)``, ``mask (B, N)``.
+
+        ``grad``: per problem, which candidates get gradients (the claims always do); the
+        others are embedded under ``torch.no_grad()`` (see ``FinetuneConfig.grad_candidates``).
+        None: all of them.
+        """
         texts: list[str] = []
-        for q, cands in zip(queries, candidates, strict=True):
+        wants: list[bool] = []
+        for b, (q, cands) in enumerate(zip(queries, candidates, strict=True)):
             texts.append(q)
             texts.extend(cands)
-        emb = embed(self.encoder, texts, bucket=TRAIN_BUCKET)  # (T, D)
+            wants.append(True)
+            if grad is not None and len(grad[b]) != len(cands):
+                raise ValueError(f"grad[{b}] has {len(grad[b])} entries for {len(cands)} candidates")
+            wants.extend([True] * len(cands) if grad is None else [bool(g) for g in grad[b]])
+        emb = self._embed_some_with_grad(texts, wants)  # (T, D)
         B, N = len(queries), max((len(c) for c in candidates), default=0)
         q_rows, s_rows, mask = [], [], torch.zeros(B, N, dtype=torch.bool, device=emb.device)
         start = 0
@@ -372,6 +398,19 @@ class EndToEndSelector(nn.Module):
             mask[b, :n] = True
             start += 1 + n
         return torch.stack(q_rows), torch.stack(s_rows), mask
+
+    def _embed_some_with_grad(self, texts: list[str], wants: list[bool]) -> Tensor:
+        """``(T, D)``: ``texts`` embedded in buckets, those with ``wants`` False without gradients."""
+        if all(wants):
+            return embed(self.encoder, texts, bucket=TRAIN_BUCKET)
+        with_grad = [i for i, w in enumerate(wants) if w]
+        without = [i for i, w in enumerate(wants) if not w]
+        kept = embed(self.encoder, [texts[i] for i in with_grad], bucket=TRAIN_BUCKET)
+        with torch.no_grad():
+            rest = embed(self.encoder, [texts[i] for i in without], bucket=TRAIN_BUCKET)
+        out = kept.new_zeros(len(texts), kept.shape[1])
+        out = out.index_copy(0, torch.tensor(with_grad, device=kept.device), kept)
+        return out.index_copy(0, torch.tensor(without, device=kept.device), rest.to(kept.dtype))
 
     @property
     def device(self) -> torch.device:
@@ -791,10 +830,14 @@ def _batch_loss(model: EndToEndSelector, problems: Sequence[Any], cfg: FinetuneC
 
     batch = [cut_candidates(p, cfg.top_l, keep_gold=True)[0] for p in problems]
     cands = [p.candidates for p in batch]
-    q, S, mask = model.embed_problems([p.query for p in batch], cands)
+    golds = [_gold_mask(p, len(c)) for p, c in zip(batch, cands, strict=True)]
+    grad = None if cfg.grad_candidates is None else [
+        _with_gradients(p.query, c, g, cfg.grad_candidates) for p, c, g in zip(batch, cands, golds, strict=True)
+    ]
+    q, S, mask = model.embed_problems([p.query for p in batch], cands, grad)
     gold = torch.zeros(mask.shape, dtype=torch.bool)
-    for b, p in enumerate(batch):
-        gold[b, : len(cands[b])] = torch.tensor(_gold_mask(p, len(cands[b])))
+    for b, g in enumerate(golds):
+        gold[b, : len(g)] = torch.tensor(g)
     sets = gold_set_tensor([p.gold for p in batch], mask.shape[1]).to(mask.device) if cfg.loss == "set_recall" else None
     lex = model.lexical_for([p.query for p in batch], cands, mask.shape[1])
     # graded relevance (dgn finetune): cfg.dense_loss on the grades, mixed with the sparse loss
@@ -804,6 +847,22 @@ def _batch_loss(model: EndToEndSelector, problems: Sequence[Any], cfg: FinetuneC
     }
     return model.loss(q, S, mask, gold.to(mask.device), cfg.loss, lexical=lex, gold_sets=sets,
                       first_layer_weight=cfg.first_layer_weight, **graded)
+
+
+def _with_gradients(query: str, candidates: Sequence[str], gold: Sequence[bool], others: int) -> list[bool]:
+    """Which candidates a training step backpropagates through: the gold ones and the
+    ``others`` non-gold ones BM25 ranks highest (``FinetuneConfig.grad_candidates``)."""
+    from dgn.features.lexical import bm25_scores
+
+    wants = list(gold)
+    if others >= len(candidates) - sum(wants):
+        return [True] * len(candidates)
+    if others:
+        scores = bm25_scores(query, list(candidates))
+        ranked = sorted((i for i in range(len(candidates)) if not gold[i]), key=lambda i: (-scores[i], i))
+        for i in ranked[:others]:
+            wants[i] = True
+    return wants
 
 
 def _check_global_batch(claims_per_step: int, world: int) -> None:
