@@ -190,6 +190,66 @@ def test_freeze_layers_keeps_the_bottom_fixed_and_leaves_the_gradients_above_as_
         FinetuneConfig(freeze_layers=-1)
 
 
+def test_grad_candidates_backpropagates_through_the_gold_and_the_bm25_best_others_only():
+    """``grad_candidates=m``: the step's loss is the full one, and the gradients are those of
+    one pass over every text in which the candidates other than the gold and the m BM25-best
+    others are detached (built here by hand). m at least the number of non-gold candidates
+    is the plain step."""
+    from dgn.features.lexical import bm25_scores
+    from dgn.losses import gold_set_tensor
+    from dgn.sentence.encoder import embed
+    from dgn.sentence.finetune import _batch_loss, _with_gradients
+
+    torch.manual_seed(0)
+    model = EndToEndSelector(load_sentence_model(), "dgn", facility=3.0)
+    model.eval()  # no dropout: every pass sees the same network
+    problem = Problem("e", "The Eiffel Tower in Paris is 330 metres tall.", [
+        "The Eiffel Tower is a wrought-iron lattice tower in Paris.",
+        "Bananas are yellow.",
+        "The tower is 330 metres tall, about the height of an 81-storey building.",
+        "Paris is the capital of France.",
+        "The tower was the tallest man-made structure in the world for 41 years.",
+        "Cats sleep a lot.",
+        "Metres measure length.",
+        "Gustave Eiffel's company designed and built the tower.",
+        "Rain is wet in Paris in the autumn.",
+        "It is the most visited monument with an entrance fee in the world.",
+    ], [[0, 2]])
+    n = len(problem.candidates)
+    gold = [i in (0, 2) for i in range(n)]
+    scores = bm25_scores(problem.query, problem.candidates)
+    best_others = sorted((i for i in range(n) if not gold[i]), key=lambda i: -scores[i])[:3]
+    wants = _with_gradients(problem.query, problem.candidates, gold, 3)
+    assert wants == [gold[i] or i in best_others for i in range(n)] and sum(wants) == 5
+
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def grads(loss):
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in params]
+
+    every = embed(model.encoder, [problem.query, *problem.candidates])  # one pass, all with gradients
+    S = torch.stack([every[1 + i] if wants[i] else every[1 + i].detach() for i in range(n)]).unsqueeze(0)
+    mask = torch.ones(1, n, dtype=torch.bool)
+    ref_loss = model.loss(every[:1], S, mask, torch.tensor([gold]), "set_recall",
+                          gold_sets=gold_set_tensor([problem.gold], n))
+    ref = grads(ref_loss)
+    got_loss = _batch_loss(model, [problem], FinetuneConfig(grad_candidates=3))
+    torch.testing.assert_close(got_loss, ref_loss, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads(got_loss), ref, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-3)
+
+    full = grads(_batch_loss(model, [problem], FinetuneConfig()))
+    assert max(float((a - b).abs().max()) for a, b in zip(full, ref, strict=True)) > 1e-3  # the detached rows mattered
+    for a, b in zip(grads(_batch_loss(model, [problem], FinetuneConfig(grad_candidates=8))), full, strict=True):
+        torch.testing.assert_close(a, b)
+    with pytest.raises(ValueError, match="grad_candidates must be an integer >= 0 or None"):
+        FinetuneConfig(grad_candidates=-1)
+    with pytest.raises(ValueError, match=r"grad\[0\] has 2 entries for 10 candidates"):
+        model.embed_problems([problem.query], [problem.candidates], [[True, False]])
+
+
 def test_lexical_heads_start_as_the_plain_heads_then_learn_and_round_trip(encoder, tmp_path):
     """With ``lexical=True`` the heads read the 8 lexical columns, computed as
     :func:`lexical_features` computes them; untrained (zero weight on them) they pick as

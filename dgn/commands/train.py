@@ -111,6 +111,10 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
                    help="end to end: keep the transformer's token embeddings and its bottom N layers fixed; the "
                    "backward pass stops above them, so steps are faster (default 0; docs/benchmarks.md measures "
                    "speed and recall for N = 2 and 3)")
+    p.add_argument("--grad-candidates", type=types["nonnegative_int"], default=None, metavar="N",
+                   help="end to end: backpropagate through the claim, the gold and the N BM25-best other candidates "
+                   "of each problem only; the rest are embedded without gradients but stay in the loss, so steps "
+                   "are faster (default: all; docs/benchmarks.md measures N = 4 with --freeze-layers 2)")
     p.add_argument("--claims-per-step", type=pos_int, default=None, metavar="N",
                    help="end to end: problems per optimiser step (default 1); under torchrun the global batch, "
                    "split into one contiguous slice per process, so it must be at least the number of processes")
@@ -262,7 +266,8 @@ def _train(args: argparse.Namespace) -> int:
         return _finetune(args, model_over, train_over, ft_over)
     end_to_end_only = [o for o, v in (("--encoder-lr", args.encoder_lr), ("--claims-per-step", args.claims_per_step),
                                       ("--save-every", args.save_every), ("--facility", args.facility),
-                                      ("--freeze-layers", args.freeze_layers))
+                                      ("--freeze-layers", args.freeze_layers),
+                                      ("--grad-candidates", args.grad_candidates))
                        if v is not None]
     if end_to_end_only:
         raise DgnUserError(f"{', '.join(end_to_end_only)}: only used by end-to-end training (--finetune-encoder); "
@@ -325,7 +330,7 @@ _FINETUNE_FIELDS = {"epochs": "epochs", "lr": "head_lr", "weight_decay": "weight
 _FINETUNE_OPTIONS = {
     **{field: TRAIN_OPTIONS[name] for name, field in _FINETUNE_FIELDS.items()},
     "encoder_lr": "--encoder-lr", "top_l": "--top-l", "claims_per_step": "--claims-per-step",
-    "freeze_layers": "--freeze-layers",
+    "freeze_layers": "--freeze-layers", "grad_candidates": "--grad-candidates",
 }
 
 
@@ -364,7 +369,7 @@ def _finetune(
         raise DgnUserError(f"{', '.join(unused)}: not used {mode}")
     distributed.resolve_device(args.device)
     fields = {_FINETUNE_FIELDS[k]: v for k, v in train_over.items()}
-    for field in ("encoder_lr", "top_l", "claims_per_step", "freeze_layers"):
+    for field in ("encoder_lr", "top_l", "claims_per_step", "freeze_layers", "grad_candidates"):
         if getattr(args, field) is not None:
             fields[field] = getattr(args, field)
     from dgn.sentence import DEFAULT_MODEL, FinetuneConfig, resolve_model_path, train_end_to_end
