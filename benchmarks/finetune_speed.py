@@ -13,7 +13,10 @@ same machine; the median block is reported, with its ratio to the first variant)
 * ``buckets+compile``: the transformer through ``torch.compile(dynamic=True)`` (its
   compilation timed apart, in the first block);
 * ``buckets+freezeN``: the token embeddings and the bottom N transformer layers fixed
-  (``FinetuneConfig.freeze_layers = N``): no backward pass below layer N.
+  (``FinetuneConfig.freeze_layers = N``): no backward pass below layer N;
+* ``buckets+gradM`` (combinable with ``freezeN``): only the claim, the gold and the M
+  BM25-best other candidates embedded with gradients, the rest without
+  (``FinetuneConfig.grad_candidates = M``).
 
 Prediction: :func:`dgn.sentence.rank_problems` on ``--predict`` test problems (every text
 embedded once, no gradients, batches of 64 sorted by length), in float32 and with the
@@ -71,7 +74,9 @@ def _train_block(model, problems, variant: str) -> float:
         with autocast:
             start = time.perf_counter()
             frozen = re.search(r"freeze(\d+)", variant)
-            cfg = FinetuneConfig(freeze_layers=int(frozen.group(1)) if frozen else 0)
+            grad = re.search(r"grad(\d+)", variant)
+            cfg = FinetuneConfig(freeze_layers=int(frozen.group(1)) if frozen else 0,
+                                 grad_candidates=int(grad.group(1)) if grad else None)
             finetune(model, problems, None, cfg, progress=False)
             return time.perf_counter() - start
     finally:
@@ -100,7 +105,7 @@ def train_speed(problems: list, variants: list[str], rounds: int) -> None:
                 first[variant] = seconds
             else:
                 times[variant].append(seconds)
-    print(f"training: {len(problems)} claims ({texts} texts with gradients) a block, "
+    print(f"training: {len(problems)} claims ({texts} texts) a block, "
           f"{rounds} blocks a variant, {torch.get_num_threads()} threads")
     print("| variant | claims/s | sentences/s | ratio | first block s |")
     print("|---|---:|---:|---:|---:|")
