@@ -834,7 +834,9 @@ def _batch_loss(model: EndToEndSelector, problems: Sequence[Any], cfg: FinetuneC
     grad = None if cfg.grad_candidates is None else [
         _with_gradients(p.query, c, g, cfg.grad_candidates) for p, c, g in zip(batch, cands, golds, strict=True)
     ]
-    q, S, mask = model.embed_problems([p.query for p in batch], cands, grad)
+    queries = [p.query for p in batch]
+    # without grad_candidates, the plain call (a subclass may override embed_problems as it was)
+    q, S, mask = model.embed_problems(queries, cands) if grad is None else model.embed_problems(queries, cands, grad)
     gold = torch.zeros(mask.shape, dtype=torch.bool)
     for b, g in enumerate(golds):
         gold[b, : len(g)] = torch.tensor(g)
