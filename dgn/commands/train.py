@@ -114,7 +114,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p.add_argument("--grad-candidates", type=types["nonnegative_int"], default=None, metavar="N",
                    help="end to end: backpropagate through the claim, the gold and the N BM25-best other candidates "
                    "of each problem only; the rest are embedded without gradients but stay in the loss, so steps "
-                   "are faster (default: all; docs/benchmarks.md measures N = 4 with --freeze-layers 2)")
+                   "are faster, at a recall cost (default: all; docs/benchmarks.md measures N = 4 and 8)")
     p.add_argument("--claims-per-step", type=pos_int, default=None, metavar="N",
                    help="end to end: problems per optimiser step (default 1); under torchrun the global batch, "
                    "split into one contiguous slice per process, so it must be at least the number of processes")
