@@ -841,7 +841,7 @@ def _batch_loss(model: EndToEndSelector, problems: Sequence[Any], cfg: FinetuneC
     for b, g in enumerate(golds):
         gold[b, : len(g)] = torch.tensor(g)
     sets = gold_set_tensor([p.gold for p in batch], mask.shape[1]).to(mask.device) if cfg.loss == "set_recall" else None
-    lex = model.lexical_for([p.query for p in batch], cands, mask.shape[1])
+    lex = model.lexical_for(queries, cands, mask.shape[1])
     # graded relevance (dgn finetune): cfg.dense_loss on the grades, mixed with the sparse loss
     graded: dict[str, Any] = {} if cfg.dense_loss is None else {
         "relevance": _relevance_rows(batch, mask).to(mask.device), "dense": cfg.dense_loss,
