@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--loss", default="set_recall", help="the DGN head's loss (default: FinetuneConfig's)")
     parser.add_argument("--tau", type=float, default=None, help="the DGN head's temperature (default: the init's)")
-    parser.add_argument("--init", default="cosine", help="how the DGN head starts: cosine (default), coverage or diverse")
+    parser.add_argument("--init", default="cosine", help="how the DGN head starts: cosine (default), coverage, diverse or ranker")
     parser.add_argument("--coverage-weight", type=float, default=None,
                         help="the DGN head's starting SCMM weights alpha (default: the init's)")
     parser.add_argument("--facility", type=float, default=None,

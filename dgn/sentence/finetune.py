@@ -80,7 +80,7 @@ LOSSES = ("soft_label", "layerwise", "set_recall")
 #: The graded (dense) losses on the problems' ``relevance`` (see :class:`FinetuneConfig`).
 DENSE_LOSSES = ("soft_label", "approx_ndcg")
 #: How the DGN head starts (see :class:`EndToEndSelector`).
-INITS = ("cosine", "coverage", "diverse")
+INITS = ("cosine", "coverage", "diverse", "ranker")
 #: The diverse start's SCMM weights alpha (see :class:`EndToEndSelector`).
 DIVERSE_COVERAGE_WEIGHT = 0.05
 #: :func:`train_end_to_end`'s starting weight of the DGN head's facility-location term
@@ -248,7 +248,7 @@ def _default_dgn_config(dim: int, init: str = "cosine", extra: int = 0) -> DGNCo
         )
     return DGNConfig(
         in_features=2 * dim + 1 + extra, hidden_features=256, encoded_features=64, steps=7, tau=4.0,
-        modular_skip=True,
+        modular_skip=True, coverage_penalty=init == "ranker",
     )
 
 
@@ -275,6 +275,12 @@ class EndToEndSelector(nn.Module):
             ``alpha = DIVERSE_COVERAGE_WEIGHT``: the first layer is exactly the cosine
             start's (and the listwise head's), and from the second on a candidate loses
             what it repeats of the picks' claim-weighted content ``relu(D * q * s)``.
+            ``"ranker"``: the cosine start with ``coverage_penalty``, whose modular term
+            reads only the cosine (and the lexical columns) for good: the other weights of
+            the modular term are held at 0 through training. The first layer is then a
+            ranking by ``softplus(a cos + b)`` (plus the lexical term), the listwise
+            head's ranking throughout training, not only at the start; the coverage and
+            facility terms act from the second pick on.
         lexical: Give the head the lexical match features too (see the module docstring);
             :meth:`score` and :meth:`loss` then take them as ``lexical`` (:meth:`lexical_for`).
         facility: With the DGN head, add facility location over the candidates' sentence
@@ -346,6 +352,26 @@ class EndToEndSelector(nn.Module):
                     if init == "diverse":
                         self._init_coverage(config)
                     self.dgn.modular_skip.weight[0, self._cos] = self.scale * config.tau  # softplus(scale tau cos)
+            if init == "ranker":
+                self._hold_modular_to_cosine(config)
+
+    def _hold_modular_to_cosine(self, config: DGNConfig) -> None:
+        """The ``"ranker"`` start: zero the gradients of the modular term's weights on the
+        encoding and on every pair feature but the cosine and the lexical columns, so those
+        weights stay at 0 (AdamW moves a parameter whose gradient is always 0 by its decay
+        alone, and decay keeps 0 at 0)."""
+        assert self.dgn is not None and self.dgn.modular is not None and self.dgn.modular_skip is not None
+        if not config.coverage_penalty:
+            raise ValueError("init='ranker' needs dgn_config.coverage_penalty=True (the first layer is the ranking)")
+        keep = torch.zeros_like(self.dgn.modular_skip.weight)
+        keep[0, self._cos] = 1.0
+        keep[0, 2 * self.dim + 1 :] = 1.0  # the lexical columns, as the listwise head's lexical term
+        self.register_buffer("_modular_keep", keep, persistent=False)
+        with torch.no_grad():
+            self.dgn.modular.weight.zero_()
+            self.dgn.modular_skip.weight.mul_(keep)
+        self.dgn.modular.weight.register_hook(torch.zeros_like)
+        self.dgn.modular_skip.weight.register_hook(lambda g: g * self._modular_keep.to(g.dtype))
 
     def _init_coverage(self, config: DGNConfig, modular: float | None = None) -> None:
         """Start the DGN head's encoder as a copy of ``relu(D * q * s)`` (and, given
