@@ -280,3 +280,44 @@ def test_set_recall_training_lowers_its_loss_through_the_transformer(sentence_en
         FinetuneConfig(first_layer_weight=-1.0)
     with pytest.raises(ValueError, match="FinetuneConfig.loss must be one of"):
         FinetuneConfig(loss="nope")
+
+
+def test_ranker_start_keeps_its_first_layer_a_cosine_ranking_through_training(sentence_encoder, tmp_path):
+    from dgn.sentence import EndToEndSelector, FinetuneConfig, encode_texts, finetune, rank_problems
+
+    problems = _problems()
+    torch.manual_seed(0)
+    model = EndToEndSelector(sentence_encoder, "dgn", init="ranker", facility=1.0)
+    assert model.dgn.config.coverage_penalty
+    cos_col = 2 * model.dim
+    cfg = FinetuneConfig(epochs=3, encoder_lr=1e-4, head_lr=3e-2, warmup=0.0, loss="set_recall")
+    finetune(model, problems, None, cfg, progress=False)
+    skip = model.dgn.modular_skip.weight.detach()
+    # held at 0: the modular term's weights on the encoding and on every pair feature but the cosine
+    assert torch.count_nonzero(model.dgn.modular.weight).item() == 0
+    assert torch.count_nonzero(torch.cat([skip[0, :cos_col], skip[0, cos_col + 1 :]])).item() == 0
+    # learned: the cosine's weight, the bias, the coverage (its encoder and weights)
+    assert float(skip[0, cos_col]) != model.scale * model.dgn.config.tau
+    assert float(model.dgn.modular.bias.detach()) != 0.0
+    model = model.double().eval()
+    a, b, tau = float(skip[0, cos_col]), float(model.dgn.modular.bias), model.dgn.config.tau
+    for p in problems:
+        e = torch.from_numpy(encode_texts(model.encoder, [p.query, *p.candidates], progress=False)).double()
+        cos = torch.nn.functional.cosine_similarity(e[1:], e[:1], dim=-1)
+        with torch.no_grad():
+            q, S, mask = model.embed_problems([p.query], [p.candidates])
+            out = model.score(q.double(), S.double(), mask, steps=2)
+        # the first layer is softplus(a cos + b) / tau, whatever the coverage and facility terms learned
+        first = out.logits[0, 0]
+        assert torch.allclose(first, torch.nn.functional.softplus(a * cos + b) / tau, atol=1e-6)
+        assert int(out.indices[0, 0]) == int(torch.argmax(cos))
+    picks = rank_problems(model, problems, 3, progress=False)
+    model.save_pretrained(tmp_path / "m")
+    again = EndToEndSelector.from_pretrained(tmp_path / "m").double()
+    assert again.init == "ranker" and rank_problems(again, problems, 3, progress=False) == picks
+    # the loaded model holds the same weights at 0 when trained further
+    finetune(again.float().train(), problems, None, cfg, progress=False)
+    assert torch.count_nonzero(again.dgn.modular.weight).item() == 0
+    with pytest.raises(ValueError, match="init='ranker' needs dgn_config.coverage_penalty=True"):
+        EndToEndSelector(sentence_encoder, "dgn", DGNConfig(in_features=2 * model.dim + 1, hidden_features=8,
+                         encoded_features=4, modular_skip=True), init="ranker")

@@ -509,7 +509,13 @@ class EndToEndSelector(nn.Module):
         S = nn.functional.normalize(sentences.to(H.dtype), dim=-1) * valid.unsqueeze(-1).to(H.dtype)
         fl = self.facility.parts[1]
         single = fl.gains(S, fl.init_state(S, valid))  # (B, N): sum_u cos+(u, v)
-        beta = -self.facility.weights(H)[1] * single + (0.0 if beta is None else beta)
+        w = self.facility.weights(H)
+        beta = -w[1] * single + (0.0 if beta is None else beta)
+        if self.dgn.config.coverage_penalty:
+            # the DGN took each item's singleton coverage off at weight 1; in the sum the SCMM
+            # counts at w[0] (learned), so the penalty must too for the first layer to stay modular
+            scmm = self.dgn.objective
+            beta = beta - (w[0] - 1) * scmm._reduce(scmm.phi(H), scmm.weights(H))
         return torch.cat([H, S], dim=-1), beta, valid
 
     def loss(
