@@ -46,6 +46,9 @@ def main() -> None:
                         "(default: dgn.sentence.DEFAULT_FACILITY; 0: none)")
     parser.add_argument("--first-layer-weight", type=float, default=0.0,
                         help="weight of an extra first-layer term in the DGN head's loss")
+    parser.add_argument("--encoder-grad-scale", type=float, default=1.0,
+                        help="share of the DGN head's layer-wise loss gradient that reaches the transformer "
+                        "(FinetuneConfig.encoder_grad_scale; the first-layer term reaches it in full)")
     parser.add_argument("--listwise-loss", default="set_recall",
                         help="the listwise head's target: set_recall (default, the best gold set) or soft_label (gold / |gold|)")
     parser.add_argument("--max-claims", type=int, default=None,
@@ -111,6 +114,7 @@ def main() -> None:
                 tag = f"-{loss}-{args.init}" + (f"-tau{args.tau:g}" if args.tau else "")
                 tag += f"-alpha{args.coverage_weight:g}" if args.coverage_weight is not None else ""
                 tag += f"-first{args.first_layer_weight:g}" if args.first_layer_weight else ""
+                tag += f"-encgrad{args.encoder_grad_scale:g}" if args.encoder_grad_scale != 1 else ""
                 tag += f"-fl{args.facility:g}" if args.facility is not None else ""
             else:
                 tag = f"-{loss}" if loss != "soft_label" else ""
@@ -141,7 +145,8 @@ def main() -> None:
                                          facility=args.facility if head == "dgn" else None)
                 ft = FinetuneConfig(seed=seed, loss=loss, epochs=args.epochs, top_l=args.top_l,
                                     freeze_layers=args.freeze_layers, grad_candidates=args.grad_candidates,
-                                    first_layer_weight=args.first_layer_weight if head == "dgn" else 0.0)
+                                    first_layer_weight=args.first_layer_weight if head == "dgn" else 0.0,
+                                    encoder_grad_scale=args.encoder_grad_scale if head == "dgn" else 1.0)
                 t0 = time.perf_counter()
                 fits.append(finetune(model, train, dev, ft, progress=False).to_dict())
                 t1 = time.perf_counter()

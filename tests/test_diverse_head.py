@@ -321,3 +321,46 @@ def test_ranker_start_keeps_its_first_layer_a_cosine_ranking_through_training(se
     with pytest.raises(ValueError, match="init='ranker' needs dgn_config.coverage_penalty=True"):
         EndToEndSelector(sentence_encoder, "dgn", DGNConfig(in_features=2 * model.dim + 1, hidden_features=8,
                          encoded_features=4, modular_skip=True), init="ranker")
+
+
+@pytest.mark.parametrize("share", [0.0, 0.3])
+def test_encoder_grad_scale_scales_the_layerwise_gradient_into_the_embeddings_only(sentence_encoder, share):
+    from dgn.sentence import EndToEndSelector, FinetuneConfig
+
+    torch.manual_seed(0)
+    model = EndToEndSelector(sentence_encoder, "dgn", init="ranker", facility=1.0).double()
+    B, N, D = 3, 6, model.dim
+    q0, S0 = torch.randn(B, D, dtype=torch.float64), torch.randn(B, N, D, dtype=torch.float64)
+    mask = torch.ones(B, N, dtype=torch.bool)
+    mask[1, 4:] = False
+    sets = gold_set_tensor([[[0, 2]], [[1], [3]], [[5, 0, 4]]], N)
+    gold, w = sets.any(1), 0.7
+    head = [p for p in model.parameters() if p.requires_grad and not any(p is e for e in model.encoder.parameters())]
+
+    def grads(value):
+        model.zero_grad()
+        q, S = q0.clone().requires_grad_(), S0.clone().requires_grad_()
+        loss = value(q, S)
+        loss.backward()
+        return float(loss), q.grad.clone(), S.grad.clone(), [p.grad.clone() for p in head]
+
+    def every_layer(q, S):
+        return model.loss(q, S, mask, gold, "set_recall", gold_sets=sets)
+
+    def first_layer(q, S):
+        logits = model.score(q, S, mask, steps=1).logits
+        return set_recall_cross_entropy(logits, sets)
+
+    value, gq, gS, gh = grads(lambda q, S: model.loss(q, S, mask, gold, "set_recall", gold_sets=sets,
+                                                      first_layer_weight=w, encoder_grad_scale=share))
+    v_all, q_all, S_all, h_all = grads(every_layer)
+    v_one, q_one, S_one, h_one = grads(first_layer)
+    assert value == pytest.approx(v_all + w * v_one, rel=1e-12)
+    assert torch.allclose(gq, share * q_all + w * q_one, atol=1e-10)
+    assert torch.allclose(gS, share * S_all + w * S_one, atol=1e-10)
+    for got, a, b in zip(gh, h_all, h_one, strict=True):  # the head gets the whole loss's gradient
+        assert torch.allclose(got, a + w * b, atol=1e-10)
+    with pytest.raises(ValueError, match="encoder_grad_scale must be a number in"):
+        FinetuneConfig(encoder_grad_scale=1.5)
+    with pytest.raises(ValueError, match="encoder_grad_scale=0 with first_layer_weight=0"):
+        FinetuneConfig(encoder_grad_scale=0.0)

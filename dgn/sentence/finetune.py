@@ -168,6 +168,13 @@ class FinetuneConfig:
             all of them; only the encoder's gradient from the easy negatives is left
             out, and their backward pass with it. None (the default): every candidate
             has gradients. A speed setting (docs/benchmarks.md).
+        encoder_grad_scale: The share of the DGN head's loss gradient that reaches the
+            transformer (1, the default: all of it). Below 1 the layer-wise loss trains
+            the head in full and the transformer at this share, and the first-layer term
+            (``first_layer_weight``, computed apart) reaches the transformer in full: at 0
+            the transformer trains on the first layer's listwise loss alone, as under the
+            listwise head, while the greedy layers learn over it. The listwise head
+            ignores it.
     """
 
     epochs: int = 1
@@ -187,6 +194,7 @@ class FinetuneConfig:
     ndcg_k: int | None = None
     freeze_layers: int = 0
     grad_candidates: int | None = None
+    encoder_grad_scale: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("epochs", "claims_per_step"):
@@ -225,6 +233,12 @@ class FinetuneConfig:
         m = self.grad_candidates
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0):
             raise ValueError(f"FinetuneConfig.grad_candidates must be an integer >= 0 or None, got {m!r}")
+        g = self.encoder_grad_scale
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g <= 1:
+            raise ValueError(f"FinetuneConfig.encoder_grad_scale must be a number in [0, 1], got {g!r}")
+        if g == 0 and not self.first_layer_weight:
+            raise ValueError("FinetuneConfig.encoder_grad_scale=0 with first_layer_weight=0 leaves the transformer "
+                             "no gradient; set first_layer_weight (or freeze it with freeze_layers)")
 
 
 @dataclass
@@ -533,6 +547,7 @@ class EndToEndSelector(nn.Module):
         sparse_weight: float = 0.0,
         ndcg_temperature: float = 1.0,
         ndcg_k: int | None = None,
+        encoder_grad_scale: float = 1.0,
     ) -> Tensor:
         """The training loss of one batch.
 
@@ -558,6 +573,11 @@ class EndToEndSelector(nn.Module):
                 ``loss`` on ``gold`` as above (left out when ``sparse_weight`` is 0).
                 None: ``loss`` alone.
             sparse_weight, ndcg_temperature, ndcg_k: As in :class:`FinetuneConfig`.
+            encoder_grad_scale: As in :class:`FinetuneConfig`: the DGN head's layers run
+                on ``query`` and ``sentences`` whose gradient is scaled by it (the forward
+                values are the same), and the first-layer term, when
+                ``first_layer_weight`` is set, runs the first layer again on them as
+                given.
         """
         from dgn.losses import (
             layerwise_approx_ndcg_loss,
@@ -582,16 +602,21 @@ class EndToEndSelector(nn.Module):
                 return soft_label_cross_entropy(logits, gold.to(logits.dtype))
             return layerwise_cross_entropy(logits, gold)
 
+        scaled = self.dgn is not None and encoder_grad_scale != 1
         if self.dgn is None:
             logits = self.score(query, sentences, mask, lexical=lexical).unsqueeze(1)  # (B, 1, N)
         else:
             steps = min(self.dgn.config.steps, int(mask.sum(1).max()))
-            logits = self.score(query, sentences, mask, steps=steps, lexical=lexical).logits  # (B, K, N)
+            q_in, s_in = (_scale_grad(query, encoder_grad_scale), _scale_grad(sentences, encoder_grad_scale)) \
+                if scaled else (query, sentences)
+            logits = self.score(q_in, s_in, mask, steps=steps, lexical=lexical).logits  # (B, K, N)
 
         def sparse() -> Tensor:
             total = of(logits)
             if first_layer_weight and self.dgn is not None:
-                total = total + first_layer_weight * of(logits[:, :1])
+                first = self.score(query, sentences, mask, steps=1, lexical=lexical).logits if scaled \
+                    else logits[:, :1]
+                total = total + first_layer_weight * of(first)
             return total
 
         if dense is None:
@@ -855,6 +880,13 @@ def _optimizer(model: EndToEndSelector, cfg: FinetuneConfig, total_steps: int) -
     return optimizer, schedule
 
 
+def _scale_grad(x: Tensor, share: float) -> Tensor:
+    """``x`` in the forward pass (exactly), ``share`` times its gradient in the backward pass."""
+    if share == 0:
+        return x.detach()
+    return x.detach() + share * (x - x.detach())
+
+
 def _batch_loss(model: EndToEndSelector, problems: Sequence[Any], cfg: FinetuneConfig) -> Tensor:
     """The mean training loss of ``problems`` (each cut to ``cfg.top_l``, its gold kept), on
     the model's device."""
@@ -879,8 +911,10 @@ def _batch_loss(model: EndToEndSelector, problems: Sequence[Any], cfg: FinetuneC
         "relevance": _relevance_rows(batch, mask).to(mask.device), "dense": cfg.dense_loss,
         "sparse_weight": cfg.sparse_weight, "ndcg_temperature": cfg.ndcg_temperature, "ndcg_k": cfg.ndcg_k,
     }
+    # passed only when set, so that an override of loss without the argument keeps working
+    scale = {} if cfg.encoder_grad_scale == 1 else {"encoder_grad_scale": cfg.encoder_grad_scale}
     return model.loss(q, S, mask, gold.to(mask.device), cfg.loss, lexical=lex, gold_sets=sets,
-                      first_layer_weight=cfg.first_layer_weight, **graded)
+                      first_layer_weight=cfg.first_layer_weight, **graded, **scale)
 
 
 def _with_gradients(query: str, candidates: Sequence[str], gold: Sequence[bool], others: int) -> list[bool]:
