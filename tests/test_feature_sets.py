@@ -197,7 +197,8 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
     it (and its learned weight), explain picks what predict picks, a resumed run must keep
     it, and frozen-feature training refuses the option. The run also freezes all 6 of the
     transformer's layers (``--freeze-layers 6``): the saved encoder is the bundled one; and
-    ``--grad-candidates 1`` is recorded with the run's settings."""
+    ``--grad-candidates 1``, ``--first-layer-weight 1`` and ``--encoder-grad-scale 0.5`` are
+    recorded with the run's settings."""
     import torch
     from safetensors.torch import load_file
 
@@ -205,13 +206,19 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
 
     out = files["root"] / "e2e-fl"
     proc = run_dgn(["train", "--train", files["train"], "--output", out, "--epochs", "1", "--facility", "2",
-                    "--freeze-layers", "6", "--grad-candidates", "1", "--quiet"], files["cache"], timeout=600)
+                    "--freeze-layers", "6", "--grad-candidates", "1", "--first-layer-weight", "1",
+                    "--encoder-grad-scale", "0.5", "--quiet"], files["cache"], timeout=600)
     assert proc.returncode == 0, proc.stderr
     meta = json.loads((out / "selector.json").read_text())
     assert meta["facility"] > 0 and meta["facility"] != 2.0  # learned from 2
     history = json.loads((out / "train_history.json").read_text())
     assert history["facility"] == 2.0 and history["finetune_config"]["freeze_layers"] == 6
     assert history["finetune_config"]["grad_candidates"] == 1
+    assert history["finetune_config"]["first_layer_weight"] == 1.0
+    assert history["finetune_config"]["encoder_grad_scale"] == 0.5
+    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "e2e-eg",
+                    "--encoder-grad-scale", "2"], files["cache"])
+    assert proc.returncode != 0 and "encoder_grad_scale must be a number in [0, 1], got 2.0" in proc.stderr, proc.stderr
     saved = load_file(next(out.rglob("model.safetensors")))
     bundled = load_file(Path(resolve_model_path()) / "model.safetensors")
     shared = [k for k in saved if k in bundled and not k.startswith("pooler.")]
@@ -238,6 +245,9 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
     proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "frozen-gc",
                     "--features", "lexical", "--grad-candidates", "2"], files["cache"])
     assert proc.returncode == 2 and "--grad-candidates: only used by end-to-end training" in proc.stderr, proc.stderr
+    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "frozen-eg",
+                    "--features", "lexical", "--encoder-grad-scale", "0"], files["cache"])
+    assert proc.returncode == 2 and "--encoder-grad-scale: only used by end-to-end training" in proc.stderr, proc.stderr
 
 
 def test_end_to_end_is_the_default_only_without_frozen_feature_options(monkeypatch):

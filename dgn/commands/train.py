@@ -115,6 +115,14 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
                    help="end to end: backpropagate through the claim, the gold and the N BM25-best other candidates "
                    "of each problem only; the rest are embedded without gradients but stay in the loss, so steps "
                    "are faster, at a recall cost (default: all; docs/benchmarks.md measures N = 4 and 8)")
+    p.add_argument("--first-layer-weight", type=types["nonnegative_float"], default=None, metavar="W",
+                   help="end to end: weight of an extra copy of the DGN head's first-layer term in its loss "
+                   "(FinetuneConfig.first_layer_weight; default 0)")
+    p.add_argument("--encoder-grad-scale", type=types["nonnegative_float"], default=None, metavar="S",
+                   help="end to end: share of the DGN head's layer-wise loss gradient that reaches the transformer, "
+                   "in [0, 1] (default 1); the first-layer term reaches it in full. 0 with --first-layer-weight 1 "
+                   "trains the transformer as under the listwise head, the greedy layers over it: the first pick "
+                   "gains, the later picks lose (docs/benchmarks.md)")
     p.add_argument("--claims-per-step", type=pos_int, default=None, metavar="N",
                    help="end to end: problems per optimiser step (default 1); under torchrun the global batch, "
                    "split into one contiguous slice per process, so it must be at least the number of processes")
@@ -267,7 +275,9 @@ def _train(args: argparse.Namespace) -> int:
     end_to_end_only = [o for o, v in (("--encoder-lr", args.encoder_lr), ("--claims-per-step", args.claims_per_step),
                                       ("--save-every", args.save_every), ("--facility", args.facility),
                                       ("--freeze-layers", args.freeze_layers),
-                                      ("--grad-candidates", args.grad_candidates))
+                                      ("--grad-candidates", args.grad_candidates),
+                                      ("--first-layer-weight", args.first_layer_weight),
+                                      ("--encoder-grad-scale", args.encoder_grad_scale))
                        if v is not None]
     if end_to_end_only:
         raise DgnUserError(f"{', '.join(end_to_end_only)}: only used by end-to-end training (--finetune-encoder); "
@@ -331,6 +341,7 @@ _FINETUNE_OPTIONS = {
     **{field: TRAIN_OPTIONS[name] for name, field in _FINETUNE_FIELDS.items()},
     "encoder_lr": "--encoder-lr", "top_l": "--top-l", "claims_per_step": "--claims-per-step",
     "freeze_layers": "--freeze-layers", "grad_candidates": "--grad-candidates",
+    "first_layer_weight": "--first-layer-weight", "encoder_grad_scale": "--encoder-grad-scale",
 }
 
 
@@ -369,7 +380,8 @@ def _finetune(
         raise DgnUserError(f"{', '.join(unused)}: not used {mode}")
     distributed.resolve_device(args.device)
     fields = {_FINETUNE_FIELDS[k]: v for k, v in train_over.items()}
-    for field in ("encoder_lr", "top_l", "claims_per_step", "freeze_layers", "grad_candidates"):
+    for field in ("encoder_lr", "top_l", "claims_per_step", "freeze_layers", "grad_candidates",
+                  "first_layer_weight", "encoder_grad_scale"):
         if getattr(args, field) is not None:
             fields[field] = getattr(args, field)
     from dgn.sentence import DEFAULT_MODEL, FinetuneConfig, resolve_model_path, train_end_to_end
