@@ -197,8 +197,8 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
     it (and its learned weight), explain picks what predict picks, a resumed run must keep
     it, and frozen-feature training refuses the option. The run also freezes all 6 of the
     transformer's layers (``--freeze-layers 6``): the saved encoder is the bundled one; and
-    ``--grad-candidates 1``, ``--first-layer-weight 1`` and ``--encoder-grad-scale 0.5`` are
-    recorded with the run's settings."""
+    ``--grad-candidates 1``, ``--first-layer-weight 1``, ``--encoder-grad-scale 0.5`` and
+    ``--init ranker`` are recorded with the run's settings."""
     import torch
     from safetensors.torch import load_file
 
@@ -207,7 +207,7 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
     out = files["root"] / "e2e-fl"
     proc = run_dgn(["train", "--train", files["train"], "--output", out, "--epochs", "1", "--facility", "2",
                     "--freeze-layers", "6", "--grad-candidates", "1", "--first-layer-weight", "1",
-                    "--encoder-grad-scale", "0.5", "--quiet"], files["cache"], timeout=600)
+                    "--encoder-grad-scale", "0.5", "--init", "ranker", "--quiet"], files["cache"], timeout=600)
     assert proc.returncode == 0, proc.stderr
     meta = json.loads((out / "selector.json").read_text())
     assert meta["facility"] > 0 and meta["facility"] != 2.0  # learned from 2
@@ -216,6 +216,14 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
     assert history["finetune_config"]["grad_candidates"] == 1
     assert history["finetune_config"]["first_layer_weight"] == 1.0
     assert history["finetune_config"]["encoder_grad_scale"] == 0.5
+    assert history["init"] == "ranker" and meta["init"] == "ranker" and meta["dgn_config"]["coverage_penalty"]
+    proc = run_dgn(["train", "--resume", out, "--init", "cosine"], files["cache"])
+    assert proc.returncode != 0 and "init 'cosine': the run being resumed used 'ranker'" in proc.stderr, proc.stderr
+    from dgn.sentence import train_end_to_end
+
+    with pytest.raises(DgnUserError, match="init 'ranker': how the DGN head starts"):
+        train_end_to_end(files["train"], None, files["root"] / "e2e-li", head="listwise", init="ranker")
+    assert not (files["root"] / "e2e-li").exists()
     proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "e2e-eg",
                     "--encoder-grad-scale", "2"], files["cache"])
     assert proc.returncode != 0 and "encoder_grad_scale must be a number in [0, 1], got 2.0" in proc.stderr, proc.stderr
@@ -248,6 +256,9 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
     proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "frozen-eg",
                     "--features", "lexical", "--encoder-grad-scale", "0"], files["cache"])
     assert proc.returncode == 2 and "--encoder-grad-scale: only used by end-to-end training" in proc.stderr, proc.stderr
+    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "frozen-in",
+                    "--features", "lexical", "--init", "ranker"], files["cache"])
+    assert proc.returncode == 2 and "--init: only used by end-to-end training" in proc.stderr, proc.stderr
 
 
 def test_end_to_end_is_the_default_only_without_frozen_feature_options(monkeypatch):

@@ -115,6 +115,10 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
                    help="end to end: backpropagate through the claim, the gold and the N BM25-best other candidates "
                    "of each problem only; the rest are embedded without gradients but stay in the loss, so steps "
                    "are faster, at a recall cost (default: all; docs/benchmarks.md measures N = 4 and 8)")
+    p.add_argument("--init", choices=("cosine", "coverage", "diverse", "ranker"), default=None,
+                   help="end to end: how the DGN head starts (default cosine; dgn.sentence.EndToEndSelector). ranker "
+                   "holds the head's first layer to a cosine ranking through training; with --encoder-grad-scale 0 "
+                   "--first-layer-weight 1 the first pick is the fine-tuned ranker's (docs/benchmarks.md)")
     p.add_argument("--first-layer-weight", type=types["nonnegative_float"], default=None, metavar="W",
                    help="end to end: weight of an extra copy of the DGN head's first-layer term in its loss "
                    "(FinetuneConfig.first_layer_weight; default 0)")
@@ -277,6 +281,7 @@ def _train(args: argparse.Namespace) -> int:
                                       ("--freeze-layers", args.freeze_layers),
                                       ("--grad-candidates", args.grad_candidates),
                                       ("--first-layer-weight", args.first_layer_weight),
+                                      ("--init", args.init),
                                       ("--encoder-grad-scale", args.encoder_grad_scale))
                        if v is not None]
     if end_to_end_only:
@@ -424,7 +429,7 @@ def _finetune(
     result = train_end_to_end(
         args.train, args.dev, args.output, config=config, encoder_model=args.encoder_model, lexical=lexical,
         device=args.device, save_every=args.save_every, resume_settings=saved, progress=not args.quiet,
-        facility="default" if args.facility is None else (args.facility or None),
+        facility="default" if args.facility is None else (args.facility or None), init=args.init,
     )
     if not distributed.is_main():
         return 0  # rank 0 reports

@@ -1273,6 +1273,7 @@ def train_end_to_end(
     resume_settings: dict[str, Any] | None = None,
     progress: bool = True,
     facility: float | None | str = "default",
+    init: str | None = None,
 ) -> FinetuneResult:
     """Fine-tune a sentence encoder under ``head`` on a selection file; save the best epoch.
 
@@ -1287,6 +1288,8 @@ def train_end_to_end(
     ``facility``: the DGN head's facility-location term's starting weight (``dgn train
     --facility``; see :class:`EndToEndSelector`), None for none; ``"default"``:
     :data:`DEFAULT_FACILITY` (resuming: the run's own).
+    ``init``: how the DGN head starts (``dgn train --init``; see :class:`EndToEndSelector`);
+    None: ``"cosine"``, or the resumed run's.
     ``train`` may name several files: they are joined into ``output/train-combined.jsonl``
     (problem ids must not repeat across them), as :func:`dgn.train.train_from_files` does.
     ``device``: ``"cpu"`` (default) or ``"cuda"`` (under torchrun: each process's
@@ -1338,6 +1341,10 @@ def train_end_to_end(
                                f"{'a' if had else 'no'} facility-location term")
         # The starting weight is overwritten by the saved state's; only its presence matters.
         facility = (1.0 if facility in ("default", None) else facility) if had else None
+        was = recorded.get("init", "cosine")
+        if init is not None and init != was:
+            raise DgnUserError(f"init {init!r}: the run being resumed used {was!r}")
+        init = was
         head, lexical, encoder_model = recorded["head"], recorded["lexical"], saved["encoder_model"]
         run_config = FinetuneConfig(**{**saved["train_config"], "eval_ks": tuple(saved["train_config"]["eval_ks"])})
         if config is not None and config != run_config:
@@ -1355,6 +1362,11 @@ def train_end_to_end(
     if facility == "default":
         facility = default_facility(head)
     _check_facility(facility, head)
+    if init is not None and init not in INITS:
+        raise DgnUserError(f"init must be one of {', '.join(INITS)}, got {init!r}")
+    if init is not None and init != "cosine" and head != "dgn":
+        raise DgnUserError(f"init {init!r}: how the DGN head starts; the listwise head has no such setting")
+    init = init or "cosine"
     resolve_model_path(encoder_model)
     cfg = config or FinetuneConfig()
     _check_global_batch(cfg.claims_per_step, world)
@@ -1366,7 +1378,7 @@ def train_end_to_end(
     out = model_directory(output)
     train = one_train_file(train_files, out, progress, problems=train_problems, write=main)
     torch.manual_seed(cfg.seed)
-    model = EndToEndSelector(load_sentence_model(encoder_model), head, lexical=bool(lexical),
+    model = EndToEndSelector(load_sentence_model(encoder_model), head, lexical=bool(lexical), init=init,
                              facility=None if facility is None else float(facility)).to(where)
     bottom_modules(model, cfg.freeze_layers)  # a count beyond the transformer's fails before training
     if progress:
@@ -1381,6 +1393,7 @@ def train_end_to_end(
         "encoder_model": None if encoder_model is None else str(encoder_model),
         "features": ["sentence", "lexical"] if lexical else ["sentence"],
         "facility": facility,
+        "init": init,
         "finetune_config": asdict(cfg),
         "world_size": world,
     }
