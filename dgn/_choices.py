@@ -6,7 +6,7 @@ torch is loaded, and the library function it calls checks against the same tuple
 
 from __future__ import annotations
 
-__all__ = ["MODEL_TYPES", "CANDIDATE_FUSIONS", "COMPILE_MODES", "one_of"]
+__all__ = ["MODEL_TYPES", "CANDIDATE_FUSIONS", "COMPILE_MODES", "END_TO_END_INITS", "one_of"]
 
 #: What ``dgn train`` trains: a DGN, or a baseline scorer without greedy layers.
 MODEL_TYPES: tuple[str, ...] = ("dgn", "encoder", "deep-encoder")
@@ -14,6 +14,8 @@ MODEL_TYPES: tuple[str, ...] = ("dgn", "encoder", "deep-encoder")
 CANDIDATE_FUSIONS: tuple[str, ...] = ("rrf", "combsum", "combmnz", "borda", "fg", "fv")
 #: When hard greedy uses the compiled SCMM kernel (:func:`dgn.predict.predict_file`).
 COMPILE_MODES: tuple[str, ...] = ("auto", "on", "off")
+#: How an end-to-end DGN head starts (:class:`dgn.sentence.EndToEndSelector`, ``dgn train --init``).
+END_TO_END_INITS: tuple[str, ...] = ("cosine", "coverage", "diverse", "ranker")
 
 
 def one_of(names: tuple[str, ...]) -> str:

@@ -304,22 +304,26 @@ class DGN(nn.Module):
         sel = greedy_select(H, K, self.objective, valid, modular=beta, return_step_gains=return_step_gains)
         return H, beta, sel
 
-    def _encode_and_score(self, X: Tensor, valid: Tensor) -> tuple[Tensor, Tensor | None]:
+    def _encode_and_score(
+        self, X: Tensor, valid: Tensor, penalty_weight: Tensor | float = 1.0
+    ) -> tuple[Tensor, Tensor | None]:
         """:meth:`encode` then :meth:`modular_scores`; a fused encoder computes the modular
-        layer in its own passes."""
+        layer in its own passes. ``penalty_weight``: the weight the coverage counts at in
+        the greedy's objective (1 here; the SCMM's weight in a sum of objectives), which
+        ``coverage_penalty`` takes the singleton coverage off at."""
         if self.modular is not None and self._own_encoder() and self.encoder.fused:
             out = self.encoder._forward_with_head(X, valid, self.modular)
             if out is not None:
-                return out[0], self._penalised(out[0], self._modular_from(out[1], X))
+                return out[0], self._penalised(out[0], self._modular_from(out[1], X), penalty_weight)
         H = self.encode(X, valid)
-        return H, self._penalised(H, self.modular_scores(H, X))
+        return H, self._penalised(H, self.modular_scores(H, X), penalty_weight)
 
-    def _penalised(self, H: Tensor, beta: Tensor | None) -> Tensor | None:
-        """``beta`` less each item's singleton coverage with ``coverage_penalty`` (see
-        :class:`DGNConfig`), else ``beta`` as it is."""
+    def _penalised(self, H: Tensor, beta: Tensor | None, weight: Tensor | float = 1.0) -> Tensor | None:
+        """``beta`` less ``weight`` times each item's singleton coverage with
+        ``coverage_penalty`` (see :class:`DGNConfig`), else ``beta`` as it is."""
         if not self.config.coverage_penalty:
             return beta
-        single = self.objective._reduce(self.objective.phi(H), self.objective.weights(H))  # (B, N)
+        single = weight * self.objective._reduce(self.objective.phi(H), self.objective.weights(H))  # (B, N)
         return -single if beta is None else beta - single
 
     def _own_encoder(self) -> bool:

@@ -244,21 +244,11 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
     assert f"selected 2: {first['ranking']}" in proc.stdout
     proc = run_dgn(["train", "--resume", out, "--facility", "0"], files["cache"])
     assert proc.returncode != 0 and "the run being resumed had a facility-location term" in proc.stderr, proc.stderr
-    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "frozen-fl",
-                    "--features", "lexical", "--facility", "1"], files["cache"])
-    assert proc.returncode == 2 and "--facility: only used by end-to-end training" in proc.stderr, proc.stderr
-    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "frozen-fz",
-                    "--features", "lexical", "--freeze-layers", "2"], files["cache"])
-    assert proc.returncode == 2 and "--freeze-layers: only used by end-to-end training" in proc.stderr, proc.stderr
-    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "frozen-gc",
-                    "--features", "lexical", "--grad-candidates", "2"], files["cache"])
-    assert proc.returncode == 2 and "--grad-candidates: only used by end-to-end training" in proc.stderr, proc.stderr
-    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "frozen-eg",
-                    "--features", "lexical", "--encoder-grad-scale", "0"], files["cache"])
-    assert proc.returncode == 2 and "--encoder-grad-scale: only used by end-to-end training" in proc.stderr, proc.stderr
-    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "frozen-in",
-                    "--features", "lexical", "--init", "ranker"], files["cache"])
-    assert proc.returncode == 2 and "--init: only used by end-to-end training" in proc.stderr, proc.stderr
+    for option, value in (("--facility", "1"), ("--freeze-layers", "2"), ("--grad-candidates", "2"),
+                          ("--encoder-grad-scale", "0"), ("--init", "ranker")):
+        proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / f"frozen{option}",
+                        "--features", "lexical", option, value], files["cache"])
+        assert proc.returncode == 2 and f"{option}: only used by end-to-end training" in proc.stderr, proc.stderr
 
 
 def test_end_to_end_is_the_default_only_without_frozen_feature_options(monkeypatch):

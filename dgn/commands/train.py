@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from dgn._choices import MODEL_TYPES
+from dgn._choices import END_TO_END_INITS, MODEL_TYPES
 
 __all__ = ["register", "MODEL_OPTIONS", "TRAIN_OPTIONS"]
 
@@ -115,7 +115,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
                    help="end to end: backpropagate through the claim, the gold and the N BM25-best other candidates "
                    "of each problem only; the rest are embedded without gradients but stay in the loss, so steps "
                    "are faster, at a recall cost (default: all; docs/benchmarks.md measures N = 4 and 8)")
-    p.add_argument("--init", choices=("cosine", "coverage", "diverse", "ranker"), default=None,
+    p.add_argument("--init", choices=END_TO_END_INITS, default=None,
                    help="end to end: how the DGN head starts (default cosine; dgn.sentence.EndToEndSelector). ranker "
                    "holds the head's first layer to a cosine ranking through training; with --encoder-grad-scale 0 "
                    "--first-layer-weight 1 the first pick is the fine-tuned ranker's (docs/benchmarks.md)")

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from dgn._choices import END_TO_END_INITS
 from dgn._paths import model_directory, one_train_file, train_file_list
 from dgn.errors import DgnUserError
 from dgn.features.lexical import LEXICAL_FEATURES, lexical_features
@@ -80,7 +81,7 @@ LOSSES = ("soft_label", "layerwise", "set_recall")
 #: The graded (dense) losses on the problems' ``relevance`` (see :class:`FinetuneConfig`).
 DENSE_LOSSES = ("soft_label", "approx_ndcg")
 #: How the DGN head starts (see :class:`EndToEndSelector`).
-INITS = ("cosine", "coverage", "diverse", "ranker")
+INITS = END_TO_END_INITS
 #: The diverse start's SCMM weights alpha (see :class:`EndToEndSelector`).
 DIVERSE_COVERAGE_WEIGHT = 0.05
 #: :func:`train_end_to_end`'s starting weight of the DGN head's facility-location term
@@ -519,17 +520,14 @@ class EndToEndSelector(nn.Module):
         facility penalty ``w * sum_u cos+(u, v)``) and the valid mask."""
         assert self.dgn is not None and self.facility is not None
         X, valid = self.dgn._inputs(X, mask)
-        H, beta = self.dgn._encode_and_score(X, valid)
+        w = self.facility.weights(X)
+        # in the sum the SCMM counts at w[0] (learned): a coverage penalty is taken off at it too,
+        # so that the first layer stays the modular term
+        H, beta = self.dgn._encode_and_score(X, valid, penalty_weight=w[0])
         S = nn.functional.normalize(sentences.to(H.dtype), dim=-1) * valid.unsqueeze(-1).to(H.dtype)
         fl = self.facility.parts[1]
         single = fl.gains(S, fl.init_state(S, valid))  # (B, N): sum_u cos+(u, v)
-        w = self.facility.weights(H)
         beta = -w[1] * single + (0.0 if beta is None else beta)
-        if self.dgn.config.coverage_penalty:
-            # the DGN took each item's singleton coverage off at weight 1; in the sum the SCMM
-            # counts at w[0] (learned), so the penalty must too for the first layer to stay modular
-            scmm = self.dgn.objective
-            beta = beta - (w[0] - 1) * scmm._reduce(scmm.phi(H), scmm.weights(H))
         return torch.cat([H, S], dim=-1), beta, valid
 
     def loss(
