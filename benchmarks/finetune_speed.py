@@ -16,7 +16,14 @@ same machine; the median block is reported, with its ratio to the first variant)
   (``FinetuneConfig.freeze_layers = N``): no backward pass below layer N;
 * ``buckets+gradM`` (combinable with ``freezeN``): only the claim, the gold and the M
   BM25-best other candidates embedded with gradients, the rest without
-  (``FinetuneConfig.grad_candidates = M``).
+  (``FinetuneConfig.grad_candidates = M``);
+* ``+cpsN`` (combinable with the above): N claims per optimiser step
+  (``FinetuneConfig.claims_per_step = N``) in one process;
+* ``+ddpN`` (combinable with the above): N processes of one thread each, data parallel as
+  under ``torchrun`` (gloo, :mod:`dgn.distributed`), with a global batch of N claims per
+  step: the steps of ``+cpsN`` in one process, up to the order of float sums. Each block
+  starts the processes afresh (a fresh model, an untimed warm-up block, then the timed
+  one); the block's seconds are rank 0's, between two barriers.
 
 Prediction: :func:`dgn.sentence.rank_problems` on ``--predict`` test problems (every text
 embedded once, no gradients, batches of 64 sorted by length), in float32 and with the
@@ -58,12 +65,69 @@ def _problems(dataset: str, data_dir: str, work: Path) -> tuple[list, list]:
     return train, test
 
 
+def _config(variant: str):
+    """The :class:`FinetuneConfig` a variant name asks for."""
+    from dgn.sentence import FinetuneConfig
+
+    frozen = re.search(r"freeze(\d+)", variant)
+    grad = re.search(r"grad(\d+)", variant)
+    step = re.search(r"(?:cps|ddp)(\d+)", variant)
+    return FinetuneConfig(freeze_layers=int(frozen.group(1)) if frozen else 0,
+                          grad_candidates=int(grad.group(1)) if grad else None,
+                          claims_per_step=int(step.group(1)) if step else 1)
+
+
+def _ddp_worker(rank: int, world: int, port: int, problems: list, variant: str, out: str) -> None:
+    """One process of a ``+ddpN`` block: join the group, warm up, time one block."""
+    import os
+
+    import torch.distributed as dist
+
+    from dgn import distributed
+    from dgn.sentence import EndToEndSelector, finetune, load_sentence_model
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    distributed.process_group("cpu")
+    torch.manual_seed(0)
+    model = EndToEndSelector(load_sentence_model(), "dgn")
+    cfg = _config(variant)
+    finetune(model, problems, None, cfg, progress=False)  # warm-up, not timed
+    dist.barrier()
+    start = time.perf_counter()
+    finetune(model, problems, None, cfg, progress=False)
+    dist.barrier()
+    if rank == 0:
+        Path(out).write_text(str(time.perf_counter() - start))
+    dist.destroy_process_group()
+
+
+def _ddp_block(problems, variant: str) -> float:
+    """Seconds of one ``+ddpN`` block (see the module docstring)."""
+    import socket
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    world = int(re.search(r"ddp(\d+)", variant).group(1))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = str(Path(tmp) / "seconds")
+        mp.spawn(_ddp_worker, args=(world, port, problems, variant, out), nprocs=world)
+        return float(Path(out).read_text())
+
+
 def _train_block(model, problems, variant: str) -> float:
     """Seconds of one epoch of :func:`finetune` over ``problems`` in ``variant``."""
     import importlib
 
-    from dgn.sentence import FinetuneConfig, finetune
+    from dgn.sentence import finetune
 
+    if "ddp" in variant:
+        return _ddp_block(problems, variant)
     finetune_module = importlib.import_module("dgn.sentence.finetune")
 
     bucket = finetune_module.TRAIN_BUCKET
@@ -73,11 +137,7 @@ def _train_block(model, problems, variant: str) -> float:
     try:
         with autocast:
             start = time.perf_counter()
-            frozen = re.search(r"freeze(\d+)", variant)
-            grad = re.search(r"grad(\d+)", variant)
-            cfg = FinetuneConfig(freeze_layers=int(frozen.group(1)) if frozen else 0,
-                                 grad_candidates=int(grad.group(1)) if grad else None)
-            finetune(model, problems, None, cfg, progress=False)
+            finetune(model, problems, None, _config(variant), progress=False)
             return time.perf_counter() - start
     finally:
         finetune_module.TRAIN_BUCKET = bucket
@@ -92,6 +152,8 @@ def train_speed(problems: list, variants: list[str], rounds: int) -> None:
     base = EndToEndSelector(load_sentence_model(), "dgn")
     models = {}
     for variant in variants:
+        if "ddp" in variant:
+            continue  # its processes build their own model
         models[variant] = copy.deepcopy(base)
         if "compile" in variant:
             inner = models[variant].encoder[0]
@@ -100,7 +162,7 @@ def train_speed(problems: list, variants: list[str], rounds: int) -> None:
     first: dict[str, float] = {}
     for r in range(rounds + 1):  # round 0 warms up (and compiles); not counted
         for variant in variants:
-            seconds = _train_block(models[variant], problems, variant)
+            seconds = _train_block(models.get(variant), problems, variant)
             if r == 0:
                 first[variant] = seconds
             else:
