@@ -60,6 +60,8 @@ def main() -> None:
                         help="keep the transformer's embeddings and bottom N layers fixed (a speed setting)")
     parser.add_argument("--grad-candidates", type=int, default=None,
                         help="backpropagate through the gold and the N BM25-best other candidates only (a speed setting)")
+    parser.add_argument("--encoder-lr", type=float, default=FinetuneConfig().encoder_lr,
+                        help="AdamW learning rate of the transformer (FinetuneConfig.encoder_lr)")
     parser.add_argument("--claims-per-step", type=int, default=1,
                         help="problems per optimiser step (FinetuneConfig.claims_per_step; under torchrun "
                         "the global batch, so N processes need N or more)")
@@ -126,6 +128,7 @@ def main() -> None:
             cut += f"-freeze{args.freeze_layers}" if args.freeze_layers else ""
             cut += f"-grad{args.grad_candidates}" if args.grad_candidates is not None else ""
             cut += f"-cps{args.claims_per_step}" if args.claims_per_step != 1 else ""
+            cut += f"-elr{args.encoder_lr:g}" if args.encoder_lr != FinetuneConfig().encoder_lr else ""
             cut += "".join(f"-plus-{d}" for d in extra_sets)
             name = f"{args.dataset}{'-cv' + str(args.folds) if args.folds else ''}-{head}{tag}{cut}-seed{seed}"
             target = out / f"{name}.json"
@@ -149,7 +152,7 @@ def main() -> None:
                                          facility=args.facility if head == "dgn" else None)
                 ft = FinetuneConfig(seed=seed, loss=loss, epochs=args.epochs, top_l=args.top_l,
                                     freeze_layers=args.freeze_layers, grad_candidates=args.grad_candidates,
-                                    claims_per_step=args.claims_per_step,
+                                    claims_per_step=args.claims_per_step, encoder_lr=args.encoder_lr,
                                     first_layer_weight=args.first_layer_weight if head == "dgn" else 0.0,
                                     encoder_grad_scale=args.encoder_grad_scale if head == "dgn" else 1.0)
                 t0 = time.perf_counter()
