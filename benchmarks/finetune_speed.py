@@ -19,7 +19,7 @@ same machine; the median block is reported, with its ratio to the first variant)
   (``FinetuneConfig.grad_candidates = M``);
 * ``+cpsN`` (combinable with the above): N claims per optimiser step
   (``FinetuneConfig.claims_per_step = N``) in one process;
-* ``+ddpN`` (combinable with the above): N processes of one thread each, data parallel as
+* ``+ddpN`` (combinable with the above but ``compile``): N processes of one thread each, data parallel as
   under ``torchrun`` (gloo, :mod:`dgn.distributed`), with a global batch of N claims per
   step: the steps of ``+cpsN`` in one process, up to the order of float sums. Each block
   starts the processes afresh (a fresh model, an untimed warm-up block, then the timed
@@ -93,11 +93,12 @@ def _ddp_worker(rank: int, world: int, port: int, problems: list, variant: str, 
     torch.manual_seed(0)
     model = EndToEndSelector(load_sentence_model(), "dgn")
     cfg = _config(variant)
-    finetune(model, problems, None, cfg, progress=False)  # warm-up, not timed
-    dist.barrier()
-    start = time.perf_counter()
-    finetune(model, problems, None, cfg, progress=False)
-    dist.barrier()
+    with _variant_context(variant):
+        finetune(model, problems, None, cfg, progress=False)  # warm-up, not timed
+        dist.barrier()
+        start = time.perf_counter()
+        finetune(model, problems, None, cfg, progress=False)
+        dist.barrier()
     if rank == 0:
         Path(out).write_text(str(time.perf_counter() - start))
     dist.destroy_process_group()
@@ -120,27 +121,34 @@ def _ddp_block(problems, variant: str) -> float:
         return float(Path(out).read_text())
 
 
-def _train_block(model, problems, variant: str) -> float:
-    """Seconds of one epoch of :func:`finetune` over ``problems`` in ``variant``."""
+@contextlib.contextmanager
+def _variant_context(variant: str):
+    """What a variant changes around :func:`finetune` besides its config, in one process or
+    in each ``+ddpN`` process: ``one-pass`` turns the buckets off, ``bf16`` autocasts."""
     import importlib
 
-    from dgn.sentence import finetune
-
-    if "ddp" in variant:
-        return _ddp_block(problems, variant)
     finetune_module = importlib.import_module("dgn.sentence.finetune")
-
     bucket = finetune_module.TRAIN_BUCKET
-    if variant == "one-pass":
+    if "one-pass" in variant.split("+"):
         finetune_module.TRAIN_BUCKET = None
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if "bf16" in variant else contextlib.nullcontext()
     try:
         with autocast:
-            start = time.perf_counter()
-            finetune(model, problems, None, _config(variant), progress=False)
-            return time.perf_counter() - start
+            yield
     finally:
         finetune_module.TRAIN_BUCKET = bucket
+
+
+def _train_block(model, problems, variant: str) -> float:
+    """Seconds of one epoch of :func:`finetune` over ``problems`` in ``variant``."""
+    from dgn.sentence import finetune
+
+    if "ddp" in variant:
+        return _ddp_block(problems, variant)
+    with _variant_context(variant):
+        start = time.perf_counter()
+        finetune(model, problems, None, _config(variant), progress=False)
+        return time.perf_counter() - start
 
 
 def train_speed(problems: list, variants: list[str], rounds: int) -> None:
@@ -153,6 +161,8 @@ def train_speed(problems: list, variants: list[str], rounds: int) -> None:
     models = {}
     for variant in variants:
         if "ddp" in variant:
+            if "compile" in variant:
+                raise SystemExit(f"--variants {variant}: +ddpN does not combine with compile")
             continue  # its processes build their own model
         models[variant] = copy.deepcopy(base)
         if "compile" in variant:
