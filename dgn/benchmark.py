@@ -760,6 +760,7 @@ def _run_split(
             EndToEndSelector,
             FinetuneConfig,
             default_facility,
+            default_init,
             finetune,
             load_sentence_model,
             rank_problems,
@@ -769,7 +770,7 @@ def _run_split(
         for seed in s.end_to_end_seeds:
             torch.manual_seed(seed)
             model = EndToEndSelector(load_sentence_model(s.encoder_model), head, lexical=lexical,
-                                     facility=default_facility(head))
+                                     init=default_init(head), facility=default_facility(head))
             parameters[name] = model.num_parameters()
             if progress:
                 print(f"fine-tuning {name} ({model.num_parameters():,} parameters), seed {seed}", flush=True)

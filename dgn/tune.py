@@ -213,6 +213,8 @@ def finetune_end_to_end(
     ``"sparse_ce"``: none, the head's own recorded loss on the gold), ``sparse_weight``
     mixes that sparse loss in (``dense + sparse_weight * sparse``), ``learning_rate`` is
     the transformer's (``encoder_lr``) and ``head_learning_rate`` the head's (``head_lr``).
+    A graded loss reaches the transformer through every layer (``encoder_grad_scale``
+    1, whatever the checkpoint trained with).
     The epoch with the best dev recall is saved (without ``dev``, the last one) as an
     end-to-end model that ``dgn predict``, ``dgn evaluate`` and ``dgn explain`` read.
 
@@ -242,7 +244,7 @@ def finetune_end_to_end(
     from dgn._paths import require_file
     from dgn.data import atomic_write, read_problems
     from dgn.data.io import json_ready
-    from dgn.sentence.finetune import EndToEndSelector, FinetuneConfig, finetune
+    from dgn.sentence.finetune import EndToEndSelector, config_from_record, finetune
 
     source, out = Path(model_name_or_path), Path(output_dir)
     if loss not in _END_TO_END_DENSE:
@@ -256,9 +258,9 @@ def finetune_end_to_end(
         raise DgnUserError(f"--output_dir {out}: the same directory as --model_name_or_path; choose another")
     model = EndToEndSelector.from_pretrained(source)
     recorded = dict(model.extra.get("finetune_config") or {})
-    if "eval_ks" in recorded:
-        recorded["eval_ks"] = tuple(recorded["eval_ks"])
     fields: dict[str, Any] = {"dense_loss": _END_TO_END_DENSE[loss], "sparse_weight": float(sparse_weight)}
+    if fields["dense_loss"] is not None:
+        fields["encoder_grad_scale"] = 1.0  # the graded loss trains the transformer through every layer
     for name, value in (("encoder_lr", learning_rate), ("head_lr", head_learning_rate),
                         ("epochs", num_train_epochs), ("seed", seed)):
         if value is not None:
@@ -267,7 +269,7 @@ def finetune_end_to_end(
         raise DgnUserError(f"--sparse_weight {sparse_weight:g}: mixes the sparse loss into a graded one "
                            "(soft_ce or approx_ndcg); --loss sparse_ce is already the sparse loss")
     try:
-        base = FinetuneConfig(**recorded)
+        base = config_from_record(recorded)
     except (TypeError, ValueError) as exc:
         raise DgnUserError(f"{source}: field 'extra.finetune_config': {exc}") from None
     try:

@@ -362,5 +362,5 @@ def test_encoder_grad_scale_scales_the_layerwise_gradient_into_the_embeddings_on
         assert torch.allclose(got, a + w * b, atol=1e-10)
     with pytest.raises(ValueError, match="encoder_grad_scale must be a number in"):
         FinetuneConfig(encoder_grad_scale=1.5)
-    with pytest.raises(ValueError, match="encoder_grad_scale=0 with first_layer_weight=0"):
-        FinetuneConfig(encoder_grad_scale=0.0)
+    with pytest.raises(ValueError, match="first_layer_weight=0 with encoder_grad_scale=0"):
+        FinetuneConfig(first_layer_weight=0.0)  # the default encoder_grad_scale is 0

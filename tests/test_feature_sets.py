@@ -157,7 +157,12 @@ def test_train_defaults_to_end_to_end_then_predict_and_explain(files):
     history = json.loads((out / "train_history.json").read_text())
     assert history["best_epoch"] == 1 and history["seconds_per_epoch"] > 0
     assert history["features"] == ["sentence"] and history["finetune_config"]["top_l"] == 24
-    assert json.loads((out / "selector.json").read_text())["head"] == "dgn"
+    meta = json.loads((out / "selector.json").read_text())
+    assert meta["head"] == "dgn"
+    # the default chosen on WiCE's dev folds: the first layer a fine-tuned ranker, the greedy layers over it
+    assert history["init"] == "ranker" and meta["init"] == "ranker" and meta["dgn_config"]["coverage_penalty"]
+    assert (history["finetune_config"]["first_layer_weight"], history["finetune_config"]["encoder_grad_scale"],
+            history["finetune_config"]["encoder_lr"]) == (1.0, 0.0, 4e-5)
     preds = files["root"] / "e2e-preds.jsonl"
     proc = run_dgn(["predict", "--model", out, "--data", files["dev"], "--output", preds, "--k", "2"], files["cache"])
     assert proc.returncode == 0, proc.stderr

@@ -27,6 +27,7 @@ from dgn.losses import (  # noqa: E402
 from dgn.sentence import (  # noqa: E402
     EndToEndSelector,
     FinetuneConfig,
+    default_init,
     finetune,
     load_sentence_model,
     rank_problems,
@@ -62,7 +63,7 @@ def ws(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     recorded = asdict(FinetuneConfig(claims_per_step=2, warmup=0.0))
     for head in ("dgn", "listwise"):
         torch.manual_seed(0)
-        EndToEndSelector(load_sentence_model(), head).save_pretrained(
+        EndToEndSelector(load_sentence_model(), head, init=default_init(head)).save_pretrained(
             root / head, extra={"finetune_config": recorded, "features": ["sentence"]})
     write_problems(root / "graded.jsonl", GRADED)
     write_problems(root / "no-gold.jsonl", [Problem("n", "q", ["a", "b"], [])])
@@ -128,6 +129,11 @@ DGN_CASES = [
      lambda lg, m, g, r: layerwise_approx_ndcg_loss(lg, r) + 0.5 * layerwise_cross_entropy(lg, g)),
     ({"dense_loss": "soft_label", "sparse_weight": 2.0, "loss": "soft_label"},
      lambda lg, m, g, r: soft_label_cross_entropy(lg, r) + 2.0 * soft_label_cross_entropy(lg, g.float())),
+    # dgn train's defaults: the sparse term carries the first layer's term once more
+    ({"dense_loss": "soft_label", "sparse_weight": 0.5, "loss": "soft_label", "first_layer_weight": 1.0,
+      "encoder_grad_scale": 0.0},
+     lambda lg, m, g, r: soft_label_cross_entropy(lg, r) + 0.5 * (
+         soft_label_cross_entropy(lg, g.float()) + soft_label_cross_entropy(lg[:, :1], g.float()))),
 ]
 # the listwise head's one ranking, against the flat losses
 LISTWISE_CASES = [
@@ -150,6 +156,7 @@ def test_the_training_loss_is_the_graded_loss_of_the_models_own_logits(
     for module in model.modules():
         if isinstance(module, nn.Dropout):
             module.p = 0.0
+    fields = {"first_layer_weight": 0.0, "encoder_grad_scale": 1.0, **fields}  # the formulas' loss, unless a case says
     cfg = FinetuneConfig(epochs=1, claims_per_step=len(GRADED), encoder_lr=0.0, head_lr=0.0, warmup=0.0, **fields)
     result = finetune(model, GRADED, None, cfg, progress=False)
     model.train()  # the mode the loop computes its loss in (the DGN head's relaxed layers)
@@ -167,6 +174,7 @@ def test_finetune_config_checks_the_graded_fields() -> None:
         ({"dense_loss": "soft_label", "sparse_weight": -1.0}, "sparse_weight must be"),
         ({"dense_loss": "approx_ndcg", "ndcg_temperature": 0.0}, "ndcg_temperature"),
         ({"dense_loss": "approx_ndcg", "ndcg_k": 0}, "ndcg_k"),
+        ({"dense_loss": "soft_label"}, "encoder_grad_scale=0 and no sparse_weight leaves the transformer no gradient"),
     ):
         with pytest.raises(ValueError, match=message):
             FinetuneConfig(**fields)

@@ -232,10 +232,12 @@ def test_grad_candidates_backpropagates_through_the_gold_and_the_bm25_best_other
     every = embed(model.encoder, [problem.query, *problem.candidates])  # one pass, all with gradients
     S = torch.stack([every[1 + i] if wants[i] else every[1 + i].detach() for i in range(n)]).unsqueeze(0)
     mask = torch.ones(1, n, dtype=torch.bool)
+    cfg = FinetuneConfig(grad_candidates=3)  # the default loss: the first-layer term reaches the encoder
     ref_loss = model.loss(every[:1], S, mask, torch.tensor([gold]), "set_recall",
-                          gold_sets=gold_set_tensor([problem.gold], n))
+                          gold_sets=gold_set_tensor([problem.gold], n), first_layer_weight=cfg.first_layer_weight,
+                          encoder_grad_scale=cfg.encoder_grad_scale)
     ref = grads(ref_loss)
-    got_loss = _batch_loss(model, [problem], FinetuneConfig(grad_candidates=3))
+    got_loss = _batch_loss(model, [problem], cfg)
     torch.testing.assert_close(got_loss, ref_loss, atol=1e-5, rtol=1e-5)
     for a, b in zip(grads(got_loss), ref, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-3)
@@ -384,3 +386,31 @@ def test_train_end_to_end_joins_several_files_and_checks_its_arguments_first(tmp
                              progress=False, **kwargs)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["first.jsonl", "second.jsonl", "both.jsonl", "joined", "single", "a-file", "no-gold.jsonl"])
+
+
+def test_a_record_without_the_newer_fields_reads_back_as_the_run_that_made_it() -> None:
+    """Runs recorded before ``first_layer_weight`` and ``encoder_grad_scale`` existed trained
+    with 0 and 1; reading them with today's defaults (1 and 0) would resume or fine-tune a
+    different run."""
+    from dataclasses import asdict, replace
+
+    from dgn.sentence.finetune import _check_resumable, _model_settings, config_from_record
+    from dgn.train import END_TO_END_KIND
+
+    old = asdict(FinetuneConfig(encoder_lr=2e-5, first_layer_weight=0.0, encoder_grad_scale=1.0, seed=3))
+    for name in ("first_layer_weight", "encoder_grad_scale"):
+        del old[name]
+    old["eval_ks"] = list(old["eval_ks"])  # as JSON holds it
+    cfg = config_from_record(old)
+    assert (cfg.first_layer_weight, cfg.encoder_grad_scale, cfg.encoder_lr, cfg.seed, cfg.eval_ks) == \
+        (0.0, 1.0, 2e-5, 3, (1, 3, 5, 7))
+    new = config_from_record(asdict(FinetuneConfig()))
+    assert new == FinetuneConfig() and (new.first_layer_weight, new.encoder_grad_scale) == (1.0, 0.0)
+    with pytest.raises(TypeError, match="no_such_field"):
+        config_from_record({"no_such_field": 1})
+
+    model = EndToEndSelector(load_sentence_model(), "dgn")
+    saved = {"model_kind": END_TO_END_KIND, "model_config": _model_settings(model), "train_config": old}
+    _check_resumable(saved, model, cfg, "run")  # the same run: no error
+    with pytest.raises(DgnUserError, match=r"run: field 'train_config\.first_layer_weight': the saved run used 0\.0"):
+        _check_resumable(saved, model, replace(cfg, first_layer_weight=1.0), "run")

@@ -101,7 +101,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         "'encoders' extra when neither --features nor --vectors is given)",
     )
     p.add_argument("--encoder-lr", type=types["positive_float"], default=None,
-                   help="with --finetune-encoder: AdamW learning rate of the transformer (default 2e-5)")
+                   help="with --finetune-encoder: AdamW learning rate of the transformer (default 4e-5)")
     p.add_argument("--facility", type=types["nonnegative_float"], default=None, metavar="W",
                    help="end to end: starting weight of the DGN head's facility-location term over the candidates' "
                    "sentence embeddings, learned with the rest (a candidate's gain loses what the picks already "
@@ -116,17 +116,20 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
                    "of each problem only; the rest are embedded without gradients but stay in the loss, so steps "
                    "are faster, at a recall cost (default: all; docs/benchmarks.md measures N = 4 and 8)")
     p.add_argument("--init", choices=END_TO_END_INITS, default=None,
-                   help="end to end: how the DGN head starts (default cosine; dgn.sentence.EndToEndSelector). ranker "
-                   "holds the head's first layer to a cosine ranking through training; with --encoder-grad-scale 0 "
-                   "--first-layer-weight 1 the first pick is the fine-tuned ranker's (docs/benchmarks.md)")
+                   help="end to end: how the DGN head starts (default ranker, dgn.sentence.DEFAULT_INIT; "
+                   "dgn.sentence.EndToEndSelector). ranker holds the head's first layer to a cosine ranking through "
+                   "training; with --encoder-grad-scale 0 --first-layer-weight 1 (the defaults) the first pick is "
+                   "the fine-tuned ranker's and the greedy layers choose the rest (docs/benchmarks.md); cosine was "
+                   "the default before")
     p.add_argument("--first-layer-weight", type=types["nonnegative_float"], default=None, metavar="W",
                    help="end to end: weight of an extra copy of the DGN head's first-layer term in its loss "
-                   "(FinetuneConfig.first_layer_weight; default 0)")
+                   "(FinetuneConfig.first_layer_weight; default 1)")
     p.add_argument("--encoder-grad-scale", type=types["nonnegative_float"], default=None, metavar="S",
                    help="end to end: share of the DGN head's layer-wise loss gradient that reaches the transformer, "
-                   "in [0, 1] (default 1); the first-layer term reaches it in full. 0 with --first-layer-weight 1 "
-                   "trains the transformer as under the listwise head, the greedy layers over it: the first pick "
-                   "gains, the later picks lose (docs/benchmarks.md)")
+                   "in [0, 1] (default 0); the first-layer term reaches it in full. 0 with --first-layer-weight 1 "
+                   "trains the transformer as under the listwise head, the greedy layers over it; 1 with "
+                   "--first-layer-weight 0 --init cosine --encoder-lr 2e-5 is the default before the greedy-layers "
+                   "study (docs/benchmarks.md)")
     p.add_argument("--claims-per-step", type=pos_int, default=None, metavar="N",
                    help="end to end: problems per optimiser step (default 1); under torchrun the global batch, "
                    "split into one contiguous slice per process, so it must be at least the number of processes")

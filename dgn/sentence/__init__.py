@@ -24,6 +24,7 @@ from dgn.sentence.encoder import (
 )
 from dgn.sentence.finetune import (
     DEFAULT_FACILITY,
+    DEFAULT_INIT,
     HEADS,
     EndToEndFeatures,
     EndToEndSelector,
@@ -31,6 +32,7 @@ from dgn.sentence.finetune import (
     FinetuneResult,
     cut_candidates,
     default_facility,
+    default_init,
     finetune,
     is_end_to_end_model,
     rank_problems,
@@ -40,12 +42,14 @@ from dgn.sentence.finetune import (
 
 __all__ = [
     "DEFAULT_FACILITY",
+    "DEFAULT_INIT",
     "DEFAULT_MODEL",
     "HEADS",
     "EndToEndFeatures",
     "EndToEndSelector",
     "cut_candidates",
     "default_facility",
+    "default_init",
     "is_end_to_end_model",
     "train_end_to_end",
     "FinetuneConfig",

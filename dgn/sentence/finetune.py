@@ -99,6 +99,36 @@ def default_facility(head: str) -> float | None:
     return DEFAULT_FACILITY if head == "dgn" else None
 
 
+#: How ``dgn train``'s DGN head starts by default (see :class:`EndToEndSelector`): its first
+#: layer held to a cosine ranking, chosen on WiCE's dev folds over three seeds
+#: (docs/benchmarks.md, "The greedy layers against a fine-tuned ranker").
+DEFAULT_INIT = "ranker"
+
+#: The values of :class:`FinetuneConfig` fields that a run recorded before the field existed
+#: had in effect (a record without them is read with these, not with today's defaults).
+RECORDED_BEFORE: dict[str, Any] = {"first_layer_weight": 0.0, "encoder_grad_scale": 1.0}
+
+
+def default_init(head: str) -> str:
+    """How a new model of this head starts by default: :data:`DEFAULT_INIT` for the DGN
+    head, ``"cosine"`` (the only start it has) for the listwise head."""
+    return DEFAULT_INIT if head == "dgn" else "cosine"
+
+
+def config_from_record(record: dict[str, Any]) -> FinetuneConfig:
+    """The :class:`FinetuneConfig` a run recorded with ``asdict`` (``eval_ks`` as a list is
+    read back as a tuple; fields the record predates take :data:`RECORDED_BEFORE`).
+
+    Raises:
+        TypeError: A field :class:`FinetuneConfig` does not have.
+        ValueError: A value it does not accept.
+    """
+    fields = {**RECORDED_BEFORE, **record}
+    if "eval_ks" in fields:
+        fields["eval_ks"] = tuple(fields["eval_ks"])
+    return FinetuneConfig(**fields)
+
+
 #: Texts per encoder pass in a training step, shortest first (see :func:`~dgn.sentence.encoder.embed`).
 TRAIN_BUCKET = 8
 _HEAD_CONFIG = "selector.json"
@@ -111,14 +141,23 @@ _FORMAT = "dgn-end-to-end"
 
 @dataclass(frozen=True)
 class FinetuneConfig:
-    """Settings of :func:`finetune` (defaults: one epoch, as in the fine-tuned-encoder baseline).
+    """Settings of :func:`finetune` (defaults: ``dgn train``'s, one epoch).
+
+    The defaults train the transformer on the DGN head's first layer alone (a listwise
+    loss, ``first_layer_weight`` 1 with ``encoder_grad_scale`` 0) at ``encoder_lr`` 4e-5,
+    while the head's greedy layers learn over it; with the ``"ranker"`` start
+    (:data:`DEFAULT_INIT`) the first pick is then the fine-tuned ranker's and the greedy
+    layers choose the rest. Chosen on WiCE's dev folds over three seeds
+    (docs/benchmarks.md). The listwise head ignores both fields.
 
     Attributes:
         epochs: Passes over the training problems.
         claims_per_step: Problems per optimiser step (each with all its candidates); under
             torchrun the global batch, split into one contiguous slice per process (at
             least one problem each: it must be at least the number of processes).
-        encoder_lr: AdamW learning rate of the transformer.
+        encoder_lr: AdamW learning rate of the transformer (default 4e-5; 2e-5 before
+            the greedy-layers study, which found 4e-5 better on WiCE's dev folds for
+            both heads).
         head_lr: AdamW learning rate of the head (the DGN's encoder, objective, modular term).
         weight_decay: AdamW weight decay.
         warmup: Share of the steps with a linearly rising learning rate.
@@ -133,8 +172,8 @@ class FinetuneConfig:
             heads in 5-fold cross-validation on WiCE (docs/benchmarks.md); on problems
             with one gold set it equals ``"soft_label"``.
         first_layer_weight: Weight of an extra copy of the first layer's term in the DGN
-            head's loss (0: none): more weight on the first pick, which is a plain
-            listwise ranking.
+            head's loss (default 1; 0: none): more weight on the first pick, which is a
+            plain listwise ranking.
         top_l: Cut every problem to the ``top_l`` candidates BM25 ranks highest before the
             encoder sees it (training keeps the gold candidates beyond the cut so that
             the loss has its targets; prediction does not, and the recall lost by the cut
@@ -174,18 +213,19 @@ class FinetuneConfig:
             the head in full and the transformer at this share, and the first-layer term
             (``first_layer_weight``, computed apart) reaches the transformer in full: at 0
             the transformer trains on the first layer's listwise loss alone, as under the
-            listwise head, while the greedy layers learn over it. The listwise head
-            ignores it.
+            listwise head, while the greedy layers learn over it (the default, 0). The
+            listwise head ignores it. A graded ``dense_loss`` needs it above 0 or a
+            ``sparse_weight`` (``dgn finetune`` sets it to 1).
     """
 
     epochs: int = 1
     claims_per_step: int = 1
-    encoder_lr: float = 2e-5
+    encoder_lr: float = 4e-5
     head_lr: float = 1e-3
     weight_decay: float = 0.01
     warmup: float = 0.1
     loss: str = "set_recall"
-    first_layer_weight: float = 0.0
+    first_layer_weight: float = 1.0
     top_l: int | None = 24
     seed: int = 0
     eval_ks: tuple[int, ...] = (1, 3, 5, 7)
@@ -195,7 +235,7 @@ class FinetuneConfig:
     ndcg_k: int | None = None
     freeze_layers: int = 0
     grad_candidates: int | None = None
-    encoder_grad_scale: float = 1.0
+    encoder_grad_scale: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("epochs", "claims_per_step"):
@@ -238,8 +278,13 @@ class FinetuneConfig:
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g <= 1:
             raise ValueError(f"FinetuneConfig.encoder_grad_scale must be a number in [0, 1], got {g!r}")
         if g == 0 and not self.first_layer_weight:
-            raise ValueError("FinetuneConfig.encoder_grad_scale=0 with first_layer_weight=0 leaves the transformer "
-                             "no gradient; set first_layer_weight (or freeze it with freeze_layers)")
+            raise ValueError("FinetuneConfig.first_layer_weight=0 with encoder_grad_scale=0 (the default) leaves the "
+                             "transformer no gradient; set encoder_grad_scale above 0 too (1: the whole layer-wise "
+                             "loss reaches it)")
+        if g == 0 and self.dense_loss is not None and not self.sparse_weight:
+            raise ValueError(f"FinetuneConfig.dense_loss={self.dense_loss!r} with encoder_grad_scale=0 and no "
+                             "sparse_weight leaves the transformer no gradient; set encoder_grad_scale (1: the "
+                             "graded loss reaches it in full)")
 
 
 @dataclass
@@ -276,10 +321,10 @@ class EndToEndSelector(nn.Module):
         dgn_config: The DGN head's config (``in_features`` must be ``2 D + 1``, plus 8
             with ``lexical``); default: E = 64, hidden 256, K = 7, tau = 4, ``modular_skip=True``.
         scale: Cosine scale of the listwise logits and of the DGN's starting modular term.
-        init: How the DGN head starts (default ``"cosine"``, chosen on FM2's dev split
-            drawn by Wikipedia page: mean dev recall 0.786 against 0.763 for
-            ``"coverage"``, seed 0; on an earlier random dev split, which shared pages
-            with the training claims, ``"coverage"`` had led). ``"cosine"``: the modular term is
+        init: How the DGN head starts (default ``"cosine"``, the plain start; ``dgn
+            train`` and :func:`train_end_to_end` start the DGN head as :data:`DEFAULT_INIT`,
+            ``"ranker"``, chosen with :class:`FinetuneConfig`'s defaults on WiCE's dev
+            folds). ``"cosine"``: the modular term is
             ``softplus(scale * tau * cos)`` and the coverage weights 0.01, so the first pick
             is the zero-shot cosine's. ``"coverage"``: ``H = relu(D * q * s)`` (the encoder
             starts as a copy of the claim-sentence product, E = D), every ``alpha = 1``, the
@@ -976,7 +1021,7 @@ def _check_resumable(saved: dict[str, Any], model: EndToEndSelector, cfg: Finetu
     if saved.get("model_kind") != END_TO_END_KIND:
         raise DgnUserError(f"{path}: field 'model_kind': the saved run trained a {saved.get('model_kind')}, "
                            "not an end-to-end model")
-    defaults = {"model_config": {}, "train_config": asdict(FinetuneConfig())}  # fields newer than the state
+    defaults = {"model_config": {}, "train_config": {**asdict(FinetuneConfig()), **RECORDED_BEFORE}}  # fields newer than the state
     for section, now in (("model_config", _model_settings(model)), ("train_config", asdict(cfg))):
         for name, value in now.items():
             before = saved[section].get(name, defaults[section].get(name))
@@ -1287,7 +1332,7 @@ def train_end_to_end(
     --facility``; see :class:`EndToEndSelector`), None for none; ``"default"``:
     :data:`DEFAULT_FACILITY` (resuming: the run's own).
     ``init``: how the DGN head starts (``dgn train --init``; see :class:`EndToEndSelector`);
-    None: ``"cosine"``, or the resumed run's.
+    None: :data:`DEFAULT_INIT` for the DGN head, or the resumed run's.
     ``train`` may name several files: they are joined into ``output/train-combined.jsonl``
     (problem ids must not repeat across them), as :func:`dgn.train.train_from_files` does.
     ``device``: ``"cpu"`` (default) or ``"cuda"`` (under torchrun: each process's
@@ -1344,7 +1389,7 @@ def train_end_to_end(
             raise DgnUserError(f"init {init!r}: the run being resumed used {was!r}")
         init = was
         head, lexical, encoder_model = recorded["head"], recorded["lexical"], saved["encoder_model"]
-        run_config = FinetuneConfig(**{**saved["train_config"], "eval_ks": tuple(saved["train_config"]["eval_ks"])})
+        run_config = config_from_record(saved["train_config"])
         if config is not None and config != run_config:
             changed = [k for k, v in asdict(config).items() if asdict(run_config)[k] != v]
             raise DgnUserError(f"config {', '.join(changed)}: an end-to-end run resumes with its own settings")
@@ -1364,7 +1409,7 @@ def train_end_to_end(
         raise DgnUserError(f"init must be one of {', '.join(INITS)}, got {init!r}")
     if init is not None and init != "cosine" and head != "dgn":
         raise DgnUserError(f"init {init!r}: how the DGN head starts; the listwise head has no such setting")
-    init = init or "cosine"
+    init = init or default_init(head)
     resolve_model_path(encoder_model)
     cfg = config or FinetuneConfig()
     _check_global_batch(cfg.claims_per_step, world)
