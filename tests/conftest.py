@@ -7,12 +7,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["pytester"]
 
 # The tests use small tensors, where one thread is fastest and immune to a busy machine
 # (OpenMP workers spinning against other processes slowed tiny ops by 10x or more).
 torch.set_num_threads(1)
+
+# How fast hypothesis draws inputs depends on the machine's load, not on the code under test
+# (a draw of a few problems took 32 s on 2 cores busy with training): neither the too-slow
+# health check nor a per-example deadline may fail a test. Tests that set their own
+# ``suppress_health_check`` list HealthCheck.too_slow there too.
+settings.register_profile("dgn", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("dgn")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"

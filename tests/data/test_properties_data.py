@@ -48,7 +48,7 @@ FAST = settings(max_examples=25, deadline=None)
 FEW = settings(max_examples=15, deadline=None)
 EACH = settings(max_examples=3, deadline=None)  # per parametrized case
 EACH_WIKI = settings(max_examples=3, deadline=None,
-                     suppress_health_check=[HealthCheck.function_scoped_fixture])
+                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 # ---------------------------------------------------------------- text strategies
 
@@ -565,7 +565,7 @@ def fever_records(draw: st.DrawFn, pid: int) -> dict[str, Any]:
             "evidence": [[[1, 2, page, line] for page, line in g] for g in groups]}
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data(), count=st.integers(1, 4), seed=st.integers(0, 3))
 def test_fever_adapter_maps_every_claim(
     wiki: WikiStore, data: st.DataObject, count: int, seed: int
