@@ -94,8 +94,9 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     )
     p.add_argument(
         "--finetune-encoder", action="store_true",
-        help="train end to end: the sentence encoder itself is fine-tuned under the DGN's layer-wise loss, "
-        "gradients through the greedy layers into the transformer (implies --features sentence; "
+        help="train end to end: the sentence encoder itself is fine-tuned under the DGN head (by default "
+        "through its first layer's listwise term, the greedy layers learning the later picks over it; "
+        "--encoder-grad-scale 1 sends the whole layer-wise gradient into the transformer) (implies --features sentence; "
         "--features sentence,lexical adds the lexical match features to the head; "
         "defaults: dgn.sentence.FinetuneConfig, one epoch; the default of dgn train with the "
         "'encoders' extra when neither --features nor --vectors is given)",
