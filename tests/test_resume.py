@@ -377,7 +377,7 @@ def test_end_to_end_resume_keeps_the_runs_settings_and_files(tmp_path: Path, cap
     write_problems(other, _e2e_problems(_E2E)[1:])
     cases = [
         (["--claims-per-step", "2"], "--claims-per-step 2: the run being resumed used 3"),
-        (["--encoder-lr", "0.001"], "--encoder-lr 0.001: the run being resumed used 2e-05"),
+        (["--encoder-lr", "0.001"], f"--encoder-lr 0.001: the run being resumed used {FinetuneConfig().encoder_lr!r}"),
         (["--features", "sentence,lexical"], "--features sentence,lexical: the run being resumed trained on sentence"),
         (["--train", other], "not the file the run being resumed trained on"),
         (["--dev", other], "--dev " + str(other) + ": not the file the run being resumed trained on"),

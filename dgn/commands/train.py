@@ -399,7 +399,9 @@ def _finetune(
     lexical: bool | None = "lexical" in names
     if saved is not None:  # the run's own settings; given options must agree with them
         _resume_output(args)
-        recorded = saved["train_config"]
+        from dgn.sentence.finetune import RECORDED_BEFORE
+
+        recorded = {**RECORDED_BEFORE, **saved["train_config"]}  # a record older than a field: its value then
         for field, value in fields.items():
             if recorded.get(field) != value:
                 raise DgnUserError(f"{_FINETUNE_OPTIONS[field]} {value}: the run being resumed used "
