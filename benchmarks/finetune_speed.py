@@ -1,7 +1,7 @@
 """End-to-end training and prediction speed on the CPU: what makes them faster, at what cost.
 
-Training: :func:`dgn.sentence.finetune` (one epoch, the default DGN head and
-``FinetuneConfig()``) over the same ``--claims`` training problems per timed block, each
+Training: :func:`dgn.sentence.finetune` (one epoch, ``dgn train``'s DGN head, see
+:func:`_default_model`, and ``FinetuneConfig()``) over the same ``--claims`` training problems per timed block, each
 variant run in turn, ``--rounds`` times, in one process (so that every variant sees the
 same machine; the median block is reported, with its ratio to the first variant):
 
@@ -65,6 +65,13 @@ def _problems(dataset: str, data_dir: str, work: Path) -> tuple[list, list]:
     return train, test
 
 
+def _default_model():
+    """The DGN head ``dgn train`` trains: its default start and facility-location term."""
+    from dgn.sentence import EndToEndSelector, default_facility, default_init, load_sentence_model
+
+    return EndToEndSelector(load_sentence_model(), "dgn", init=default_init("dgn"), facility=default_facility("dgn"))
+
+
 def _config(variant: str):
     """The :class:`FinetuneConfig` a variant name asks for."""
     from dgn.sentence import FinetuneConfig
@@ -84,14 +91,14 @@ def _ddp_worker(rank: int, world: int, port: int, problems: list, variant: str, 
     import torch.distributed as dist
 
     from dgn import distributed
-    from dgn.sentence import EndToEndSelector, finetune, load_sentence_model
+    from dgn.sentence import finetune
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(1)
     distributed.process_group("cpu")
     torch.manual_seed(0)
-    model = EndToEndSelector(load_sentence_model(), "dgn")
+    model = _default_model()
     cfg = _config(variant)
     with _variant_context(variant):
         finetune(model, problems, None, cfg, progress=False)  # warm-up, not timed
@@ -152,12 +159,11 @@ def _train_block(model, problems, variant: str) -> float:
 
 
 def train_speed(problems: list, variants: list[str], rounds: int) -> None:
-    from dgn.sentence import EndToEndSelector, load_sentence_model
     from dgn.sentence.finetune import cut_candidates
 
     texts = sum(1 + len(cut_candidates(p, 24, keep_gold=True)[0].candidates) for p in problems)
     torch.manual_seed(0)
-    base = EndToEndSelector(load_sentence_model(), "dgn")
+    base = _default_model()
     models = {}
     for variant in variants:
         if "ddp" in variant:
