@@ -6,9 +6,13 @@ variant run in turn, ``--rounds`` times, in one process (so that every variant s
 same machine; the median block is reported, with its ratio to the first variant):
 
 * ``one-pass``: every text of a step (the claim and its up to 24 candidates) in one
-  transformer pass, padded to the longest (what training did before buckets);
+  transformer pass, padded to the longest, and AdamW's per-tensor loop (the epoch as it
+  was before buckets and the fused optimiser);
 * ``buckets``: the texts in length-sorted buckets of ``TRAIN_BUCKET`` (8), the default:
-  the same embeddings up to float rounding (the attention mask keeps padding out);
+  the same embeddings up to float rounding (the attention mask keeps padding out), and
+  AdamW's fused kernel (``FUSED_ADAMW``), the default;
+* ``+loop`` (combinable with the rest): AdamW's per-tensor loop instead of its fused
+  kernel (the same update up to float rounding);
 * ``buckets+bf16``: the same under ``torch.autocast("cpu", torch.bfloat16)``;
 * ``buckets+compile``: the transformer through ``torch.compile(dynamic=True)`` (its
   compilation timed apart, in the first block);
@@ -17,6 +21,8 @@ same machine; the median block is reported, with its ratio to the first variant)
 * ``buckets+gradM`` (combinable with ``freezeN``): only the claim, the gold and the M
   BM25-best other candidates embedded with gradients, the rest without
   (``FinetuneConfig.grad_candidates = M``);
+* ``+nodrop`` (combinable with the above): the transformer trained without dropout
+  (``FinetuneConfig.dropout = 0``);
 * ``+cpsN`` (combinable with the above): N claims per optimiser step
   (``FinetuneConfig.claims_per_step = N``) in one process;
 * ``+ddpN`` (combinable with the above but ``compile``): N processes of one thread each, data parallel as
@@ -80,6 +86,7 @@ def _config(variant: str):
     grad = re.search(r"grad(\d+)", variant)
     step = re.search(r"(?:cps|ddp)(\d+)", variant)
     return FinetuneConfig(freeze_layers=int(frozen.group(1)) if frozen else 0,
+                          dropout=0.0 if "nodrop" in variant.split("+") else None,
                           grad_candidates=int(grad.group(1)) if grad else None,
                           claims_per_step=int(step.group(1)) if step else 1)
 
@@ -131,19 +138,23 @@ def _ddp_block(problems, variant: str) -> float:
 @contextlib.contextmanager
 def _variant_context(variant: str):
     """What a variant changes around :func:`finetune` besides its config, in one process or
-    in each ``+ddpN`` process: ``one-pass`` turns the buckets off, ``bf16`` autocasts."""
+    in each ``+ddpN`` process: ``one-pass`` turns the buckets and the fused AdamW off,
+    ``loop`` the fused AdamW, ``bf16`` autocasts."""
     import importlib
 
     finetune_module = importlib.import_module("dgn.sentence.finetune")
-    bucket = finetune_module.TRAIN_BUCKET
-    if "one-pass" in variant.split("+"):
+    bucket, fused = finetune_module.TRAIN_BUCKET, finetune_module.FUSED_ADAMW
+    parts = variant.split("+")
+    if "one-pass" in parts:
         finetune_module.TRAIN_BUCKET = None
+    if "one-pass" in parts or "loop" in parts:
+        finetune_module.FUSED_ADAMW = False
     autocast = torch.autocast("cpu", dtype=torch.bfloat16) if "bf16" in variant else contextlib.nullcontext()
     try:
         with autocast:
             yield
     finally:
-        finetune_module.TRAIN_BUCKET = bucket
+        finetune_module.TRAIN_BUCKET, finetune_module.FUSED_ADAMW = bucket, fused
 
 
 def _train_block(model, problems, variant: str) -> float:

@@ -84,6 +84,16 @@ def _nonnegative_float(text: str) -> float:
     return value
 
 
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text}")
+    return value
+
+
 def _ks(text: str) -> list[int]:
     try:
         ks = [int(part) for part in text.split(",") if part.strip()]
@@ -99,6 +109,7 @@ TYPES: dict[str, Callable[[str], Any]] = {
     "positive_float": _positive_float,
     "nonnegative_int": _nonnegative_int,
     "nonnegative_float": _nonnegative_float,
+    "probability": _probability,
     "ks": _ks,
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from importlib.util import find_spec
 
 import numpy as np
@@ -149,6 +150,60 @@ def test_finetune_moves_the_encoder_and_lowers_the_loss_then_round_trips(encoder
     model.save_pretrained(tmp_path / "m")
     again = EndToEndSelector.from_pretrained(tmp_path / "m")
     assert rank_problems(again, PROBLEMS, 3, progress=False) == rank_problems(model, PROBLEMS, 3, progress=False)
+
+
+def test_fused_adamw_takes_the_steps_of_the_per_tensor_loop(encoder, monkeypatch):
+    """The fused AdamW kernel (the default where torch has it) against AdamW's per-tensor
+    loop: the same start, data and dropout masks give the same weights after an epoch,
+    up to float rounding far below what the epoch moved them."""
+    import importlib
+
+    ft = importlib.import_module("dgn.sentence.finetune")  # (dgn.sentence.finetune is also the function)
+    torch.manual_seed(0)
+    start = EndToEndSelector(load_sentence_model(), "dgn")
+    assert ft._adamw([{"params": list(start.parameters())}], 0.01).defaults["fused"] is True
+    cfg = FinetuneConfig(epochs=1, encoder_lr=1e-4, head_lr=1e-2, warmup=0.0, encoder_grad_scale=1.0,
+                         first_layer_weight=0.0)
+    after = {}
+    for fused in (True, False):
+        monkeypatch.setattr(ft, "FUSED_ADAMW", fused)
+        model = copy.deepcopy(start)
+        torch.manual_seed(1)
+        finetune(model, PROBLEMS, None, cfg, progress=False)
+        after[fused] = {k: v.clone() for k, v in model.state_dict().items()}
+    first = dict(start.state_dict())
+    moved = max(float((after[True][k] - first[k]).abs().max()) for k in first)
+    apart = max(float((after[True][k] - after[False][k]).abs().max()) for k in first)
+    assert moved > 1e-4 and apart < moved * 1e-3, (moved, apart)
+
+
+def test_dropout_setting_reaches_every_dropout_of_the_transformer_and_is_restored(encoder):
+    """``FinetuneConfig.dropout = 0`` inside training: a train-mode pass gives the eval-mode
+    embeddings (hidden and attention dropout both off), where the model's own 0.1 does not;
+    the modules' probabilities are put back afterwards, and bad values are refused."""
+    from dgn.sentence.encoder import embed
+    from dgn.sentence.finetune import transformer_dropout
+
+    torch.manual_seed(0)
+    model = EndToEndSelector(load_sentence_model(), "dgn")
+    texts = [p.query for p in PROBLEMS]
+    model.eval()
+    with torch.no_grad():
+        plain = embed(model.encoder, texts)
+    model.train()
+    with torch.no_grad():
+        dropped = embed(model.encoder, texts)
+        with transformer_dropout(model, 0.0) as count:
+            kept = embed(model.encoder, texts)
+    assert count == 1 + 6 * 3  # embeddings, then attention, attention output and output of each layer
+    assert not torch.allclose(dropped, plain, atol=1e-4)
+    torch.testing.assert_close(kept, plain, atol=1e-5, rtol=1e-5)
+    assert {m.p for m in model.encoder.modules() if isinstance(m, torch.nn.Dropout)} == {0.1}
+    with transformer_dropout(model, None) as count:
+        assert count == 0
+    for bad in (1.0, -0.1, True):
+        with pytest.raises(ValueError, match="dropout must be a number in"):
+            FinetuneConfig(dropout=bad)
 
 
 def test_freeze_layers_keeps_the_bottom_fixed_and_leaves_the_gradients_above_as_they_were(encoder):
