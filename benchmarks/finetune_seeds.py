@@ -68,8 +68,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--freeze-layers", type=int, default=0,
                         help="keep the transformer's embeddings and bottom N layers fixed (a speed setting)")
-    parser.add_argument("--dropout", type=float, default=None,
-                        help="the transformer's dropout while it trains (FinetuneConfig.dropout; default: its own, 0.1)")
+    parser.add_argument("--encoder-dropout", type=float, default=None,
+                        help="the transformer's dropout while it trains (FinetuneConfig.encoder_dropout; default: its "
+                        "own, 0.1)")
     parser.add_argument("--grad-candidates", type=int, default=None,
                         help="backpropagate through the gold and the N BM25-best other candidates only (a speed setting)")
     parser.add_argument("--encoder-lr", type=float, default=BASE_ENCODER_LR,
@@ -141,7 +142,7 @@ def main() -> None:
             cut += f"-freeze{args.freeze_layers}" if args.freeze_layers else ""
             cut += f"-grad{args.grad_candidates}" if args.grad_candidates is not None else ""
             cut += f"-cps{args.claims_per_step}" if args.claims_per_step != 1 else ""
-            cut += f"-drop{args.dropout:g}" if args.dropout is not None else ""
+            cut += f"-drop{args.encoder_dropout:g}" if args.encoder_dropout is not None else ""
             cut += f"-elr{args.encoder_lr:g}" if args.encoder_lr != BASE_ENCODER_LR else ""
             cut += "".join(f"-plus-{d}" for d in extra_sets)
             name = f"{args.dataset}{'-cv' + str(args.folds) if args.folds else ''}-{head}{tag}{cut}-seed{seed}"
@@ -167,7 +168,7 @@ def main() -> None:
                 ft = FinetuneConfig(seed=seed, loss=loss, epochs=args.epochs, top_l=args.top_l,
                                     freeze_layers=args.freeze_layers, grad_candidates=args.grad_candidates,
                                     claims_per_step=args.claims_per_step, encoder_lr=args.encoder_lr,
-                                    dropout=args.dropout,
+                                    encoder_dropout=args.encoder_dropout,
                                     first_layer_weight=args.first_layer_weight if head == "dgn" else 0.0,
                                     encoder_grad_scale=args.encoder_grad_scale if head == "dgn" else 1.0)
                 t0 = time.perf_counter()

@@ -22,7 +22,7 @@ same machine; the median block is reported, with its ratio to the first variant)
   BM25-best other candidates embedded with gradients, the rest without
   (``FinetuneConfig.grad_candidates = M``);
 * ``+nodrop`` (combinable with the above): the transformer trained without dropout
-  (``FinetuneConfig.dropout = 0``);
+  (``FinetuneConfig.encoder_dropout = 0``);
 * ``+cpsN`` (combinable with the above): N claims per optimiser step
   (``FinetuneConfig.claims_per_step = N``) in one process;
 * ``+ddpN`` (combinable with the above but ``compile``): N processes of one thread each, data parallel as
@@ -86,7 +86,7 @@ def _config(variant: str):
     grad = re.search(r"grad(\d+)", variant)
     step = re.search(r"(?:cps|ddp)(\d+)", variant)
     return FinetuneConfig(freeze_layers=int(frozen.group(1)) if frozen else 0,
-                          dropout=0.0 if "nodrop" in variant.split("+") else None,
+                          encoder_dropout=0.0 if "nodrop" in variant.split("+") else None,
                           grad_candidates=int(grad.group(1)) if grad else None,
                           claims_per_step=int(step.group(1)) if step else 1)
 

@@ -202,8 +202,8 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
     it (and its learned weight), explain picks what predict picks, a resumed run must keep
     it, and frozen-feature training refuses the option. The run also freezes all 6 of the
     transformer's layers (``--freeze-layers 6``): the saved encoder is the bundled one; and
-    ``--grad-candidates 1``, ``--first-layer-weight 1``, ``--encoder-grad-scale 0.5`` and
-    ``--init ranker`` are recorded with the run's settings."""
+    ``--grad-candidates 1``, ``--first-layer-weight 1``, ``--encoder-grad-scale 0.5``,
+    ``--encoder-dropout 0`` and ``--init ranker`` are recorded with the run's settings."""
     import torch
     from safetensors.torch import load_file
 
@@ -212,7 +212,8 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
     out = files["root"] / "e2e-fl"
     proc = run_dgn(["train", "--train", files["train"], "--output", out, "--epochs", "1", "--facility", "2",
                     "--freeze-layers", "6", "--grad-candidates", "1", "--first-layer-weight", "1",
-                    "--encoder-grad-scale", "0.5", "--init", "ranker", "--quiet"], files["cache"], timeout=600)
+                    "--encoder-grad-scale", "0.5", "--init", "ranker", "--encoder-dropout", "0", "--quiet"], files["cache"],
+                   timeout=600)
     assert proc.returncode == 0, proc.stderr
     meta = json.loads((out / "selector.json").read_text())
     assert meta["facility"] > 0 and meta["facility"] != 2.0  # learned from 2
@@ -221,6 +222,7 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
     assert history["finetune_config"]["grad_candidates"] == 1
     assert history["finetune_config"]["first_layer_weight"] == 1.0
     assert history["finetune_config"]["encoder_grad_scale"] == 0.5
+    assert history["finetune_config"]["encoder_dropout"] == 0.0
     assert history["init"] == "ranker" and meta["init"] == "ranker" and meta["dgn_config"]["coverage_penalty"]
     proc = run_dgn(["train", "--resume", out, "--init", "cosine"], files["cache"])
     assert proc.returncode != 0 and "init 'cosine': the run being resumed used 'ranker'" in proc.stderr, proc.stderr
@@ -232,6 +234,9 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
     proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "e2e-eg",
                     "--encoder-grad-scale", "2"], files["cache"])
     assert proc.returncode != 0 and "encoder_grad_scale must be a number in [0, 1], got 2.0" in proc.stderr, proc.stderr
+    proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / "e2e-dr", "--encoder-dropout", "1"],
+                   files["cache"])
+    assert proc.returncode == 2 and "--encoder-dropout: expected a number in [0, 1), got 1" in proc.stderr, proc.stderr
     saved = load_file(next(out.rglob("model.safetensors")))
     bundled = load_file(Path(resolve_model_path()) / "model.safetensors")
     shared = [k for k in saved if k in bundled and not k.startswith("pooler.")]
@@ -250,7 +255,7 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
     proc = run_dgn(["train", "--resume", out, "--facility", "0"], files["cache"])
     assert proc.returncode != 0 and "the run being resumed had a facility-location term" in proc.stderr, proc.stderr
     for option, value in (("--facility", "1"), ("--freeze-layers", "2"), ("--grad-candidates", "2"),
-                          ("--encoder-grad-scale", "0"), ("--init", "ranker")):
+                          ("--encoder-grad-scale", "0"), ("--init", "ranker"), ("--encoder-dropout", "0")):
         proc = run_dgn(["train", "--train", files["train"], "--output", files["root"] / f"frozen{option}",
                         "--features", "lexical", option, value], files["cache"])
         assert proc.returncode == 2 and f"{option}: only used by end-to-end training" in proc.stderr, proc.stderr

@@ -178,7 +178,7 @@ def test_fused_adamw_takes_the_steps_of_the_per_tensor_loop(encoder, monkeypatch
 
 
 def test_dropout_setting_reaches_every_dropout_of_the_transformer_and_is_restored(encoder):
-    """``FinetuneConfig.dropout = 0`` inside training: a train-mode pass gives the eval-mode
+    """``FinetuneConfig.encoder_dropout = 0`` inside training: a train-mode pass gives the eval-mode
     embeddings (hidden and attention dropout both off), where the model's own 0.1 does not;
     the modules' probabilities are put back afterwards, and bad values are refused."""
     from dgn.sentence.encoder import embed
@@ -202,8 +202,8 @@ def test_dropout_setting_reaches_every_dropout_of_the_transformer_and_is_restore
     with transformer_dropout(model, None) as count:
         assert count == 0
     for bad in (1.0, -0.1, True):
-        with pytest.raises(ValueError, match="dropout must be a number in"):
-            FinetuneConfig(dropout=bad)
+        with pytest.raises(ValueError, match="encoder_dropout must be a number in"):
+            FinetuneConfig(encoder_dropout=bad)
 
 
 def test_freeze_layers_keeps_the_bottom_fixed_and_leaves_the_gradients_above_as_they_were(encoder):

@@ -112,7 +112,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
                    help="end to end: keep the transformer's token embeddings and its bottom N layers fixed; the "
                    "backward pass stops above them, so steps are faster (default 0; docs/benchmarks.md measures "
                    "speed and recall for N = 2 and 3)")
-    p.add_argument("--dropout", type=types["probability"], default=None, metavar="P",
+    p.add_argument("--encoder-dropout", type=types["probability"], default=None, metavar="P",
                    help="end to end: the transformer's dropout probability while it trains, hidden and attention "
                    "(default: the model's own, 0.1 for MiniLM); 0 makes steps faster on the CPU "
                    "(docs/benchmarks.md measures speed and recall)")
@@ -288,7 +288,7 @@ def _train(args: argparse.Namespace) -> int:
                                       ("--save-every", args.save_every), ("--facility", args.facility),
                                       ("--freeze-layers", args.freeze_layers),
                                       ("--grad-candidates", args.grad_candidates),
-                                      ("--dropout", args.dropout),
+                                      ("--encoder-dropout", args.encoder_dropout),
                                       ("--first-layer-weight", args.first_layer_weight),
                                       ("--init", args.init),
                                       ("--encoder-grad-scale", args.encoder_grad_scale))
@@ -356,7 +356,7 @@ _FINETUNE_OPTIONS = {
     "encoder_lr": "--encoder-lr", "top_l": "--top-l", "claims_per_step": "--claims-per-step",
     "freeze_layers": "--freeze-layers", "grad_candidates": "--grad-candidates",
     "first_layer_weight": "--first-layer-weight", "encoder_grad_scale": "--encoder-grad-scale",
-    "dropout": "--dropout",
+    "encoder_dropout": "--encoder-dropout",
 }
 
 
@@ -396,7 +396,7 @@ def _finetune(
     distributed.resolve_device(args.device)
     fields = {_FINETUNE_FIELDS[k]: v for k, v in train_over.items()}
     for field in ("encoder_lr", "top_l", "claims_per_step", "freeze_layers", "grad_candidates",
-                  "first_layer_weight", "encoder_grad_scale", "dropout"):
+                  "first_layer_weight", "encoder_grad_scale", "encoder_dropout"):
         if getattr(args, field) is not None:
             fields[field] = getattr(args, field)
     from dgn.sentence import DEFAULT_MODEL, FinetuneConfig, resolve_model_path, train_end_to_end

@@ -106,7 +106,7 @@ DEFAULT_INIT = "ranker"
 
 #: The values of :class:`FinetuneConfig` fields that a run recorded before the field existed
 #: had in effect (a record without them is read with these, not with today's defaults).
-RECORDED_BEFORE: dict[str, Any] = {"first_layer_weight": 0.0, "encoder_grad_scale": 1.0, "dropout": None}
+RECORDED_BEFORE: dict[str, Any] = {"first_layer_weight": 0.0, "encoder_grad_scale": 1.0, "encoder_dropout": None}
 
 
 def default_init(head: str) -> str:
@@ -221,7 +221,7 @@ class FinetuneConfig:
             listwise head, while the greedy layers learn over it (the default, 0). The
             listwise head ignores it. A graded ``dense_loss`` needs it above 0 or a
             ``sparse_weight`` (``dgn finetune`` sets it to 1).
-        dropout: The transformer's dropout probability while it trains, hidden and
+        encoder_dropout: The transformer's dropout probability while it trains, hidden and
             attention alike, in [0, 1) (None, the default: the model's own, 0.1 for
             MiniLM). 0 trains without dropout, which makes a step cheaper on the CPU
             (no random masks, and the fused attention kernel); see docs/benchmarks.md.
@@ -246,7 +246,7 @@ class FinetuneConfig:
     freeze_layers: int = 0
     grad_candidates: int | None = None
     encoder_grad_scale: float = 0.0
-    dropout: float | None = None
+    encoder_dropout: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("epochs", "claims_per_step"):
@@ -285,9 +285,9 @@ class FinetuneConfig:
         m = self.grad_candidates
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 0):
             raise ValueError(f"FinetuneConfig.grad_candidates must be an integer >= 0 or None, got {m!r}")
-        d = self.dropout
+        d = self.encoder_dropout
         if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1):
-            raise ValueError(f"FinetuneConfig.dropout must be a number in [0, 1) or None, got {d!r}")
+            raise ValueError(f"FinetuneConfig.encoder_dropout must be a number in [0, 1) or None, got {d!r}")
         g = self.encoder_grad_scale
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g <= 1:
             raise ValueError(f"FinetuneConfig.encoder_grad_scale must be a number in [0, 1], got {g!r}")
@@ -1128,7 +1128,7 @@ def finetune(
             or ``config.freeze_layers`` more than the transformer has.
     """
     cfg = config or FinetuneConfig()
-    with frozen_bottom(model, cfg.freeze_layers), transformer_dropout(model, cfg.dropout):
+    with frozen_bottom(model, cfg.freeze_layers), transformer_dropout(model, cfg.encoder_dropout):
         return _finetune(model, train, dev, cfg, on_best=on_best, on_step=on_step, progress=progress,
                          state_path=state_path, resume=resume, save_every=save_every, extra_state=extra_state)
 
