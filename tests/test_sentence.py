@@ -162,6 +162,10 @@ def test_fused_adamw_takes_the_steps_of_the_per_tensor_loop(encoder, monkeypatch
     torch.manual_seed(0)
     start = EndToEndSelector(load_sentence_model(), "dgn")
     assert ft._adamw([{"params": list(start.parameters())}], 0.01).defaults["fused"] is True
+    # a torch without the CPU kernel (before 2.4): the per-tensor loop, not an error at the first step
+    monkeypatch.setattr("torch.utils._foreach_utils._get_fused_kernels_supported_devices", lambda: ["cuda"])
+    assert not ft._adamw([{"params": list(start.parameters())}], 0.01).defaults["fused"]
+    monkeypatch.undo()
     cfg = FinetuneConfig(epochs=1, encoder_lr=1e-4, head_lr=1e-2, warmup=0.0, encoder_grad_scale=1.0,
                          first_layer_weight=0.0)
     after = {}

@@ -923,13 +923,26 @@ def _relevance_rows(problems: Sequence[Any], mask: Tensor) -> Tensor:
 
 
 def _adamw(groups: list[dict[str, Any]], weight_decay: float) -> torch.optim.AdamW:
-    """AdamW over ``groups``, fused where :data:`FUSED_ADAMW` asks and torch has the kernel."""
-    if FUSED_ADAMW:
+    """AdamW over ``groups``, fused where :data:`FUSED_ADAMW` asks and torch has the kernel
+    for every parameter's device (torch checks that only at the first step, so it is
+    checked here)."""
+    if FUSED_ADAMW and _fused_adamw_available([p for g in groups for p in g["params"]]):
         try:
             return torch.optim.AdamW(groups, weight_decay=weight_decay, fused=True)
-        except RuntimeError:  # torch < 2.4 on the CPU, or a device without the kernel
+        except RuntimeError:  # a check of an older torch's constructor
             pass
     return torch.optim.AdamW(groups, weight_decay=weight_decay)
+
+
+def _fused_adamw_available(params: list[Tensor]) -> bool:
+    """Whether the installed torch has fused optimiser kernels for all of ``params``' devices
+    (the CPU from torch 2.4 on)."""
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    except ImportError:
+        return False
+    devices = set(_get_fused_kernels_supported_devices())
+    return all(p.device.type in devices and p.is_floating_point() for p in params)
 
 
 def _optimizer(model: EndToEndSelector, cfg: FinetuneConfig, total_steps: int) -> tuple[torch.optim.AdamW, Any]:
