@@ -926,12 +926,8 @@ def _adamw(groups: list[dict[str, Any]], weight_decay: float) -> torch.optim.Ada
     """AdamW over ``groups``, fused where :data:`FUSED_ADAMW` asks and torch has the kernel
     for every parameter's device (torch checks that only at the first step, so it is
     checked here)."""
-    if FUSED_ADAMW and _fused_adamw_available([p for g in groups for p in g["params"]]):
-        try:
-            return torch.optim.AdamW(groups, weight_decay=weight_decay, fused=True)
-        except RuntimeError:  # a check of an older torch's constructor
-            pass
-    return torch.optim.AdamW(groups, weight_decay=weight_decay)
+    fused = FUSED_ADAMW and _fused_adamw_available([p for g in groups for p in g["params"]])
+    return torch.optim.AdamW(groups, weight_decay=weight_decay, fused=True if fused else None)
 
 
 def _fused_adamw_available(params: list[Tensor]) -> bool:
