@@ -31,6 +31,11 @@ same machine; the median block is reported, with its ratio to the first variant)
   starts the processes afresh (a fresh model, an untimed warm-up block, then the timed
   one); the block's seconds are rank 0's, between two barriers.
 
+``--optimizer``: AdamW's step alone over the model's parameters (all of them, then those
+left with the bottom 2 layers frozen), given random gradients, with the per-tensor loop and
+with the fused kernel, and the gradient-norm clipping beside it. ``--profile``: ``cProfile``
+over one epoch of the first variant (after a warm-up epoch), the 30 costliest calls.
+
 Prediction: :func:`dgn.sentence.rank_problems` on ``--predict`` test problems (every text
 embedded once, no gradients, batches of 64 sorted by length), in float32 and with the
 transformer's linear layers quantized to int8 (``torch.ao.quantization.quantize_dynamic``),
@@ -39,6 +44,8 @@ trained end-to-end model; default the untrained listwise head, the zero-shot cos
 
     python benchmarks/finetune_speed.py --dataset wice --claims 24 --rounds 3
     python benchmarks/finetune_speed.py --dataset fm2 --model runs/fm2-e2e --predict 1380 --skip-training
+    python benchmarks/finetune_speed.py --optimizer --skip-training --predict 0
+    python benchmarks/finetune_speed.py --profile --variants buckets+freeze2 --predict 0
 """
 
 from __future__ import annotations
@@ -204,6 +211,56 @@ def train_speed(problems: list, variants: list[str], rounds: int) -> None:
         print(f"| {variant} | {len(problems) / med:.2f} | {texts / med:.1f} | {ref / med:.2f} | {first[variant]:.0f} |")
 
 
+def optimizer_speed(steps: int = 10) -> None:
+    """Median seconds of AdamW's step, per-tensor loop against fused kernel (see the module docstring)."""
+    from torch import nn
+
+    from dgn.sentence.finetune import frozen_bottom
+
+    model = _default_model()
+    print("| trained parameters | AdamW loop ms | fused ms | ratio | clip ms |")
+    print("|---|---:|---:|---:|---:|")
+    for layers in (0, 2):
+        with frozen_bottom(model, layers):
+            params = [p for p in model.parameters() if p.requires_grad]
+            ms = {}
+            for fused in (None, True):
+                optimizer = torch.optim.AdamW(params, lr=1e-9, weight_decay=0.01, fused=fused)
+                for p in params:
+                    p.grad = torch.randn_like(p) * 1e-3
+                step, clip = [], []
+                for _ in range(steps + 2):  # the first two (state allocation) not counted
+                    start = time.perf_counter()
+                    nn.utils.clip_grad_norm_(params, 1.0)
+                    middle = time.perf_counter()
+                    optimizer.step()
+                    step.append(time.perf_counter() - middle)
+                    clip.append(middle - start)
+                ms[fused] = 1e3 * statistics.median(step[2:])
+                ms["clip"] = 1e3 * statistics.median(clip[2:])
+            model.zero_grad(set_to_none=True)
+            count = sum(p.numel() for p in params)
+            print(f"| {count / 1e6:.1f}M (bottom {layers} frozen) | {ms[None]:.1f} | {ms[True]:.1f} | "
+                  f"{ms[None] / ms[True]:.1f}x | {ms['clip']:.1f} |")
+
+
+def profile_block(problems: list, variant: str) -> None:
+    """``cProfile`` over one epoch of ``variant`` (after an untimed one), the 30 costliest calls."""
+    import cProfile
+    import pstats
+
+    if "ddp" in variant:
+        raise SystemExit(f"--profile --variants {variant}: profiles one process; drop +ddpN")
+    model = _default_model()
+    _train_block(model, problems, variant)  # warm-up
+    profiler = cProfile.Profile()
+    profiler.enable()
+    seconds = _train_block(model, problems, variant)
+    profiler.disable()
+    print(f"profile of {variant}: {len(problems)} claims, {seconds:.2f} s, {torch.get_num_threads()} threads")
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+
+
 def predict_speed(problems: list, model_dir: str | None, rounds: int) -> None:
     from dgn.metrics import evaluate_rankings
     from dgn.sentence import EndToEndSelector, load_sentence_model, rank_problems
@@ -245,11 +302,18 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="a trained end-to-end model for the prediction part")
     parser.add_argument("--skip-training", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--optimizer", action="store_true", help="time AdamW's step alone, loop against fused")
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile one epoch of the first of --variants instead of timing them")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     train, test = _problems(args.dataset, args.data_dir, Path(args.work))
     print(f"torch {torch.__version__}, {args.dataset}")
-    if not args.skip_training:
+    if args.optimizer:
+        optimizer_speed()
+    if args.profile:
+        profile_block(train[: args.claims], args.variants.split(",")[0])
+    elif not args.skip_training:
         train_speed(train[: args.claims], args.variants.split(","), args.rounds)
     if args.predict:
         predict_speed(test[: args.predict], args.model, args.rounds)
