@@ -34,7 +34,7 @@ same machine; the median block is reported, with its ratio to the first variant)
 ``--optimizer``: AdamW's step alone over the model's parameters (all of them, then those
 left with the bottom 2 layers frozen), given random gradients, with the per-tensor loop and
 with the fused kernel, and the gradient-norm clipping beside it. ``--profile``: ``cProfile``
-over one epoch of the first variant (after a warm-up epoch), the 30 costliest calls.
+over one epoch of the first variant (after a warm-up epoch), the 45 costliest calls.
 
 Prediction: :func:`dgn.sentence.rank_problems` on ``--predict`` test problems (every text
 embedded once, no gradients, batches of 64 sorted by length), in float32 and with the
@@ -245,7 +245,7 @@ def optimizer_speed(steps: int = 10) -> None:
 
 
 def profile_block(problems: list, variant: str) -> None:
-    """``cProfile`` over one epoch of ``variant`` (after an untimed one), the 30 costliest calls."""
+    """``cProfile`` over one epoch of ``variant`` (after an untimed one), the 45 costliest calls."""
     import cProfile
     import pstats
 
@@ -258,7 +258,7 @@ def profile_block(problems: list, variant: str) -> None:
     seconds = _train_block(model, problems, variant)
     profiler.disable()
     print(f"profile of {variant}: {len(problems)} claims, {seconds:.2f} s, {torch.get_num_threads()} threads")
-    pstats.Stats(profiler).sort_stats("cumulative").print_stats(30)
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
 
 
 def predict_speed(problems: list, model_dir: str | None, rounds: int) -> None:

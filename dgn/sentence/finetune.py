@@ -132,8 +132,8 @@ def config_from_record(record: dict[str, Any]) -> FinetuneConfig:
 #: Texts per encoder pass in a training step, shortest first (see :func:`~dgn.sentence.encoder.embed`).
 TRAIN_BUCKET = 8
 #: AdamW's fused kernel (one pass over each parameter for the whole update, instead of
-#: about eight elementwise passes): the same update up to float rounding, about 5x faster
-#: on MiniLM's 22.7M parameters on the CPU. Used where the installed torch has it for the
+#: about eight elementwise passes): the same update up to float rounding, about 6x faster
+#: on MiniLM's 22.7M parameters on the CPU (``benchmarks/finetune_speed.py --optimizer``). Used where the installed torch has it for the
 #: parameters' device (CPU since torch 2.4); the per-tensor loop otherwise.
 FUSED_ADAMW = True
 _HEAD_CONFIG = "selector.json"
