@@ -1,4 +1,4 @@
-"""Time and memory of ``dgn benchmark --dataset fever`` on slices of a generated release, and
+"""Time and memory of ``dgn benchmark --dataset fever-wiki`` on slices of a generated release, and
 the estimate for the full run.
 
 The FEVER 1.0 release is not in ``../shared/data``; this script writes one of its shape in
@@ -6,7 +6,7 @@ the official layout (``train.jsonl`` with 145,449 claims and ``paper_dev.jsonl``
 9,999, a quarter NOT ENOUGH INFO as in the release's train file; ``wiki-pages.zip`` with ``--pages``
 pages of 3 to 40 sentences; a verifiable claim names 1 or 2 evidence pages, so about
 twenty oracle-page candidates; words from the word-vector file's vocabulary), then runs
-``dgn benchmark --dataset fever --max-claims N`` for each N of ``--slices`` under
+``dgn benchmark --dataset fever-wiki --max-claims N`` for each N of ``--slices`` under
 ``/usr/bin/time -v`` and reports wall time and peak RSS. The full-run estimate fits
 time = a + b * N through the slices and evaluates it at 145,449 train claims: an upper
 bound for the part that scales with paper_dev, which stops at 9,999 claims.
@@ -85,7 +85,7 @@ def write_release(directory: Path, pages: int, seed: int, vectors: str) -> None:
 
 
 def run_slice(data: Path, out: Path, n: int, extra: list[str]) -> dict[str, float]:
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "dgn.cli", "benchmark", "--dataset", "fever",
+    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "dgn.cli", "benchmark", "--dataset", "fever-wiki",
            "--data-dir", str(data), "--max-claims", str(n), "--output", str(out / f"slice-{n}"),
            "--cache-dir", str(out / f"cache-{n}"), "--quiet", *extra]
     start = time.perf_counter()

@@ -47,6 +47,8 @@ from dgn.metrics.fever import FEVER_MAX_EVIDENCE  # the scorer's first 5 sentenc
 __all__ = [
     "BenchmarkSettings",
     "redundancy",
+    "lead_rankings",
+    "relative_gains",
     "run_benchmark",
     "format_results",
     "prepare_data",
@@ -55,7 +57,10 @@ __all__ = [
     "fever_wiki",
     "read_fever_claims",
     "format_fever",
+    "format_gains",
+    "format_sets",
     "DATASET_SPLITS",
+    "UNTRAINED_MODELS",
     "MODEL_NAMES",
     "TRAINED_MODELS",
     "DGN_OBJECTIVES",
@@ -71,14 +76,42 @@ DATASET_SPLITS: dict[str, dict[str, Any]] = {
     "wice": {"train": "dev", "test": None, "dev_fraction": 0.15, "test_fraction": 0.3},
     # one file (the release's only split): cross-validate it, or a seeded 30% is the test set
     "climate-fever": {"train": "test", "test": None, "dev_fraction": 0.15, "test_fraction": 0.3},
-    # the paper's protocol: train on train (5% held out for early stopping), report on paper_dev
-    "fever": {"train": "train", "test": "paper_dev", "dev_fraction": 0.05},
+    # The paper's setting on real FEVER: ERASER's release, whose candidates are the sentences of
+    # the claim's gold page. Its train split is not distributed here: train and dev come from val,
+    # split by page (claims about one page share its sentences), and test is ERASER's test.
+    "fever": {"registry": "eraser-fever", "train": "val", "test": "test", "dev_fraction": 0.2, "group": "docid",
+              "lead": True},
+    # ERASER's MultiRC (val only here): a seeded split by document (the questions about one
+    # passage share its sentences); every question needs 2 or more sentences.
+    "multirc": {"registry": "eraser-multirc", "train": "val", "test": None, "dev_fraction": 0.15,
+                "test_fraction": 0.3, "group": "docid", "lead": True},
+    # SciFact's train claims (dev is kept back, test has no labels): a seeded split by claim (a
+    # claim citing several abstracts stays in one part).
+    "scifact": {"registry": "scifact", "train": "train", "test": None, "dev_fraction": 0.15, "test_fraction": 0.3,
+                "group": "claim_id", "lead": True},
+    # EntailmentBank task 2: train on train (15% held out for early stopping), report on dev.
+    "entailmentbank": {"registry": "entailmentbank", "train": "train", "test": "dev", "dev_fraction": 0.15},
+    # The full FEVER 1.0 release with its Wikipedia dump, the paper's protocol: train on train
+    # (5% held out for early stopping), report on paper_dev with the official scorer.
+    "fever-wiki": {"registry": "fever", "train": "train", "test": "paper_dev", "dev_fraction": 0.05,
+                   "wiki": True},
 }
+
+
+def _registry_name(dataset: str) -> str:
+    """The registry entry (:data:`dgn.data.DATASETS`) behind a benchmark dataset."""
+    return DATASET_SPLITS[dataset].get("registry", dataset)
+
+
+def _uses_wiki(dataset: str) -> bool:
+    """Whether the dataset is the full FEVER release (its Wikipedia dump, ``--max-claims``, the scorer)."""
+    return bool(DATASET_SPLITS.get(dataset, {}).get("wiki"))
 
 
 #: Every row the benchmark knows, in table order. Rows whose inputs are missing (no word
 #: vectors, no sentence encoder) are left out.
 MODEL_NAMES = (
+    "Lead-k",
     "TF-IDF",
     "BM25",
     "Sentence cosine",
@@ -88,6 +121,9 @@ MODEL_NAMES = (
     "DeepEncoder",
     "DGN",
 )
+#: The rows that learn nothing from the training split (the paper's "untrained baselines",
+#: with Lead-k, BM25 and the zero-shot sentence encoder beside them).
+UNTRAINED_MODELS = ("Lead-k", "TF-IDF", "BM25", "Sentence cosine", "Embedding cosine", "SCMM greedy (untrained)")
 #: Optional rows: the DGN's objective ablations and the end-to-end pair.
 EXTRA_MODELS = ("DGN (coverage + modular)", "DGN (coverage only)", "DGN (modular only)", "Fine-tuned encoder",
                 "DGN end to end")
@@ -126,7 +162,9 @@ class BenchmarkSettings:
         candidate_stage: Settings of a :class:`dgn.fusion.candidates.CandidateStage`
             (``{"rankers", "fusion", "top_l"}``) that cuts every problem before all rows
             (training keeps the gold beyond the cut); scores are against the original gold.
-        max_claims: FEVER: read only the first N claims (NOT ENOUGH INFO included) of
+        finetune_max_train: Train the end-to-end rows on a seeded sample of this many of the
+            training problems (the frozen-feature rows train on all of them); None: all.
+        max_claims: ``fever-wiki``: read only the first N claims (NOT ENOUGH INFO included) of
             ``train.jsonl`` and of ``paper_dev.jsonl``; None: all.
     """
 
@@ -141,17 +179,13 @@ class BenchmarkSettings:
     encoder_model: str | None = None
     candidate_stage: dict[str, Any] | None = None
     max_claims: int | None = None
+    finetune_max_train: int | None = None
 
     def __post_init__(self) -> None:
         if not self.seeds:
             raise ValueError("BenchmarkSettings.seeds must name at least one seed")
         if self.finetune_seeds is not None and not self.finetune_seeds:
             raise ValueError("BenchmarkSettings.finetune_seeds must name at least one seed (or be None)")
-
-    @property
-    def end_to_end_seeds(self) -> tuple[int, ...]:
-        """The training seeds of the end-to-end rows (see ``finetune_seeds``)."""
-        return self.finetune_seeds if self.finetune_seeds is not None else self.seeds[:1]
         if self.folds is not None and (isinstance(self.folds, bool) or self.folds < 2):
             raise ValueError(f"BenchmarkSettings.folds must be at least 2, got {self.folds!r}")
         unknown = [m for m in self.models if m not in MODEL_NAMES + EXTRA_MODELS]
@@ -159,6 +193,15 @@ class BenchmarkSettings:
             raise ValueError(f"BenchmarkSettings.models: unknown rows {unknown}")
         if self.max_claims is not None and (isinstance(self.max_claims, bool) or self.max_claims < 1):
             raise ValueError(f"BenchmarkSettings.max_claims must be a positive int, got {self.max_claims!r}")
+        if self.finetune_max_train is not None and (isinstance(self.finetune_max_train, bool)
+                                                    or self.finetune_max_train < 1):
+            raise ValueError("BenchmarkSettings.finetune_max_train must be a positive int, "
+                             f"got {self.finetune_max_train!r}")
+
+    @property
+    def end_to_end_seeds(self) -> tuple[int, ...]:
+        """The training seeds of the end-to-end rows (see ``finetune_seeds``)."""
+        return self.finetune_seeds if self.finetune_seeds is not None else self.seeds[:1]
 
 
 #: Rank metrics reported when the data carries graded relevance.
@@ -237,7 +280,7 @@ def raw_file(
     from dgn.data import locate
     from dgn.data.io import atomic_write, iter_lines
 
-    path = locate(dataset, split, data_dir)
+    path = locate(_registry_name(dataset) if dataset in DATASET_SPLITS else dataset, split, data_dir)
     if max_claims is None:
         return path
     work.mkdir(parents=True, exist_ok=True)
@@ -256,10 +299,13 @@ def raw_file(
 def _convert(dataset: str, split: str, data_dir: str | os.PathLike[str] | None, work: Path, output: Path,
              seed: int, max_claims: int | None) -> None:
     from dgn.data import convert
+    from dgn.data.registry import get_dataset
 
-    source = raw_file(dataset, split, data_dir, work, max_claims if dataset == "fever" else None)
-    wiki = {"wiki": fever_wiki(data_dir)} if dataset == "fever" else {}
-    convert(dataset, source, output, seed=seed, **wiki)
+    wiki = _uses_wiki(dataset)
+    source = raw_file(dataset, split, data_dir, work, max_claims if wiki else None)
+    options = {"wiki": fever_wiki(data_dir)} if wiki else {}
+    # the adapters find a release's documents (ERASER's docs.jsonl, SciFact's corpus) beside its file
+    convert(get_dataset(_registry_name(dataset)).format, source, output, seed=seed, **options)
 
 
 def _convert_train_file(dataset: str, data_dir: str | os.PathLike[str] | None, work: Path, seed: int,
@@ -280,7 +326,7 @@ def _convert_train_file(dataset: str, data_dir: str | os.PathLike[str] | None, w
     finally:
         converted.unlink(missing_ok=True)
     if not problems:
-        head = f"the first {max_claims} claims of the" if max_claims is not None and dataset == "fever" else "the"
+        head = f"the first {max_claims} claims of the" if max_claims is not None and _uses_wiki(dataset) else "the"
         raise DgnUserError(
             f"{head} {dataset} {plan['train']} file hold no usable claim (NOT ENOUGH INFO claims and "
             f"claims whose evidence pages are missing have no candidates)"
@@ -376,8 +422,10 @@ def prepare_folds(
     """
     from dgn.data import write_problems
 
-    if dataset == "fever":
-        raise DgnUserError("--folds: FEVER has its own splits (train, paper_dev); run it without --folds")
+    if dataset in ("fever", "fever-wiki"):
+        plan = DATASET_SPLITS[dataset]
+        raise DgnUserError(f"--folds: {dataset} has its own splits ({plan['train']}, {plan['test']}); "
+                           f"run it without --folds")
     problems = _convert_train_file(dataset, data_dir, work, seed)
     if len(problems) < folds:
         raise DgnUserError(f"--folds {folds}: the {dataset} file has only {len(problems)} problems")
@@ -428,6 +476,35 @@ def redundancy(rankings: Sequence[Sequence[int]], problems: Sequence[Any], k: in
         if pairs:
             per_problem.append(sum(pairs) / len(pairs))
     return float(statistics.fmean(per_problem)) if per_problem else 0.0
+
+
+def lead_rankings(problems: Sequence[Any], k: int) -> list[list[int]]:
+    """The "Lead-k" baseline: each problem's first ``k`` candidates in the source's order.
+
+    The adapters shuffle candidates and keep each one's source position in
+    ``meta["original_index"]``; on a document's sentences (ERASER's FEVER and MultiRC,
+    SciFact's abstracts) this ranks the document's opening sentences first, the bar that
+    Wikipedia's lead bias sets on FEVER.
+
+    Raises:
+        DgnUserError: A problem without ``meta["original_index"]`` (the file was not
+            written by a dgn adapter).
+
+    Example:
+        >>> from dgn.data import Problem
+        >>> p = Problem(id="1", query="q", candidates=["c", "a", "b"], gold=[[1]],
+        ...             meta={"original_index": [2, 0, 1]})
+        >>> lead_rankings([p], 2)
+        [[1, 2]]
+    """
+    out = []
+    for p in problems:
+        order = (getattr(p, "meta", None) or {}).get("original_index")
+        if not isinstance(order, list) or len(order) != len(p.candidates):
+            raise DgnUserError(f"problem {p.id!r}: the Lead-k row needs meta['original_index'] "
+                               "(the source position of each candidate, written by the dgn adapters)")
+        out.append(sorted(range(len(order)), key=lambda v: order[v])[:k])
+    return out
 
 
 def _mean_sd(runs: list[dict[str, float]]) -> tuple[dict[str, float], dict[str, float]]:
@@ -493,15 +570,15 @@ def run_benchmark(
         embedding_vectors = WordVectors.load(vectors)
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    if s.max_claims is not None and dataset != "fever":
-        raise DgnUserError(f"--max-claims is for FEVER's large files, not {dataset}")
+    if s.max_claims is not None and not _uses_wiki(dataset):
+        raise DgnUserError(f"--max-claims is for the full FEVER release's large files (fever-wiki), not {dataset}")
     if s.folds:
         splits = prepare_folds(dataset, data_dir, out / "data", s.seed, s.folds)
     else:
         splits = [prepare_data(dataset, data_dir, out / "data", s.seed, s.max_claims)]
     claims = None
-    if dataset == "fever":  # the official scorer reads the source claims, NEI included, once
-        claims = read_fever_claims(raw_file(dataset, DATASET_SPLITS["fever"]["test"], data_dir, out / "data",
+    if _uses_wiki(dataset):  # the official scorer reads the source claims, NEI included, once
+        claims = read_fever_claims(raw_file(dataset, DATASET_SPLITS[dataset]["test"], data_dir, out / "data",
                                             s.max_claims))
     if progress:
         print(f"features: {','.join(features)}; training seeds {list(s.seeds)}"
@@ -520,7 +597,7 @@ def run_benchmark(
         if stage is not None:
             paths, kept = _cut_split(paths, stage, out / "data" / "candidates" / f"split{i}", progress)
         part = _run_split(paths, features, vectors, embedding_vectors, s, cache_dir, progress, out,
-                          save=(i == len(splits) - 1))
+                          save=(i == len(splits) - 1), lead=bool(DATASET_SPLITS[dataset].get("lead")))
         if kept is not None:
             _restore_split(part, kept)
         per_split.append(part)
@@ -595,6 +672,7 @@ def run_benchmark(
         "models": rows,
         "created": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+    results["relative_gains"] = relative_gains(results)
     write_reports(results, out)
     return results
 
@@ -637,8 +715,13 @@ def _run_split(
     progress: bool,
     out: Path,
     save: bool,
+    lead: bool = False,
 ) -> dict[str, Any]:
-    """Every row's test rankings on one train/dev/test split (a list per training seed)."""
+    """Every row's test rankings on one train/dev/test split (a list per training seed).
+
+    ``lead``: the candidates are a document's sentences in order (before the adapter's
+    shuffle), so the "Lead-k" row (the document's first k sentences) is computed.
+    """
     from dgn.baselines import (
         bm25_rankings,
         cosine_rankings,
@@ -687,6 +770,8 @@ def _run_split(
         j = columns.index(column)
         return [top_k(np.asarray(x)[:, j], kmax) for x in test.raw]
 
+    if "Lead-k" in s.models and lead:
+        rankings["Lead-k"] = [lead_rankings(test_problems, kmax)]
     if "TF-IDF" in s.models:
         fit_texts = [t for p in train_problems for t in (p.query, *p.candidates)]
         chosen, by_config = select_tfidf_config(dev_problems, fit_texts)
@@ -753,6 +838,13 @@ def _run_split(
     # The end-to-end rows read the lexical block only when --features names it: their default,
     # as dgn train's, is the fine-tuned encoder alone (FM2's dev split did not choose the block).
     lexical = bool(s.features) and "lexical" in features
+    finetune_train = train_problems
+    if s.finetune_max_train is not None and s.finetune_max_train < len(train_problems):
+        keep = sorted(random.Random(f"finetune-train:{s.seed}").sample(range(len(train_problems)),
+                                                                       s.finetune_max_train))
+        finetune_train = [train_problems[i] for i in keep]
+    if any(m in s.models for m in END_TO_END_ROWS):
+        result["sizes"]["finetune_train"] = len(finetune_train)
     for name, head in (("Fine-tuned encoder", "listwise"), ("DGN end to end", "dgn")):
         if name not in s.models:
             continue
@@ -775,7 +867,7 @@ def _run_split(
             if progress:
                 print(f"fine-tuning {name} ({model.num_parameters():,} parameters), seed {seed}", flush=True)
             config = FinetuneConfig(seed=seed)
-            fit = finetune(model, train_problems, dev_problems, config, progress=progress)
+            fit = finetune(model, finetune_train, dev_problems, config, progress=progress)
             rankings[name].append(rank_problems(model, test_problems, kmax, top_l=config.top_l, progress=progress))
             seconds[name].append(fit.seconds)
             dev_scores.setdefault(name, []).append(fit.best_score)
@@ -786,6 +878,79 @@ def _cell(row: dict[str, Any], key: str) -> str:
     value = f"{row['metrics'][key]:.3f}"
     sd = row.get("sd")
     return value + (f" ± {sd[key]:.3f}" if sd else "")
+
+
+def _row_name(label: str) -> str:
+    """The :data:`MODEL_NAMES` entry a table label belongs to (``"TF-IDF (1-2)"`` -> ``"TF-IDF"``)."""
+    for name in sorted(MODEL_NAMES + EXTRA_MODELS, key=len, reverse=True):
+        if label == name or label.startswith(name + " ("):
+            return name
+    return label
+
+
+def relative_gains(results: dict[str, Any], metrics: Sequence[str] = ("recall", "precision")) -> dict[str, Any]:
+    """The paper's view: each DGN row's relative gain over the best untrained baseline at each k.
+
+    For every ``metric@k``, the bar is the untrained row (:data:`UNTRAINED_MODELS`) with
+    the highest score at that cutoff, so a gain is over the strongest of them, not over
+    each; Powers et al. (2018) report the DGN's recall +10% at k = 7 and +14-18% at
+    k = 5, 3, 1 over theirs.
+
+    Returns:
+        ``{"baseline": {"recall@7": label, ...}, "gains": {row label: {"recall@7": 0.12,
+        ...}}}`` with gains as fractions (0.12 = +12%); empty dicts when the table has no
+        untrained or no DGN row.
+    """
+    models = results["models"]
+    untrained = [label for label in models if _row_name(label) in UNTRAINED_MODELS]
+    dgn_rows = [label for label in models if _row_name(label).startswith("DGN")]
+    keys = [f"{m}@{k}" for m in metrics for k in results["ks"]]
+    baseline = {}
+    for key in keys:
+        scored = [label for label in untrained if key in models[label]["metrics"]]
+        if scored:
+            baseline[key] = max(scored, key=lambda label: models[label]["metrics"][key])
+    gains = {
+        label: {
+            key: models[label]["metrics"][key] / models[baseline[key]]["metrics"][key] - 1.0
+            for key in baseline if models[baseline[key]]["metrics"][key] > 0
+        }
+        for label in dgn_rows
+    }
+    return {"baseline": baseline, "gains": gains}
+
+
+def format_gains(results: dict[str, Any]) -> str:
+    """:func:`relative_gains` as a table: a row per DGN row, then the baseline that set each bar."""
+    view = results.get("relative_gains") or relative_gains(results)
+    if not view["gains"] or not view["baseline"]:
+        return ""
+    keys = list(view["baseline"])
+    short = {"recall": "R", "precision": "P"}
+
+    def head(key: str) -> str:
+        metric, k = key.split("@")
+        return f"{short.get(metric, metric)}@{k}"
+
+    lines = ["| model | " + " | ".join(head(k) for k in keys) + " |", "|---|" + "---:|" * len(keys)]
+    for label, gains in view["gains"].items():
+        lines.append(f"| {label} | " + " | ".join(f"{100 * gains[k]:+.1f}%" if k in gains else "-" for k in keys)
+                     + " |")
+    lines.append("| *best untrained row* | " + " | ".join(_row_name(view["baseline"][k]) for k in keys) + " |")
+    return "\n".join(lines)
+
+
+def format_sets(results: dict[str, Any]) -> str:
+    """strict@k (a whole gold set inside the first k picks) and the picks' redundancy, one row per model."""
+    ks = results["ks"]
+    first = next(iter(results["models"].values()))["metrics"]
+    keys = [f"strict@{k}" for k in ks] + [f"redundancy@{k}" for k in ks if f"redundancy@{k}" in first]
+    short = {"strict": "S", "redundancy": "red"}
+    lines = ["| model | " + " | ".join(f"{short[k.split('@')[0]]}@{k.split('@')[1]}" for k in keys) + " |",
+             "|---|" + "---:|" * len(keys)]
+    for name, row in results["models"].items():
+        lines.append(f"| {name} | " + " | ".join(_cell(row, k) for k in keys) + " |")
+    return "\n".join(lines)
 
 
 def format_fever(results: dict[str, Any]) -> str:
@@ -840,8 +1005,11 @@ def write_reports(results: dict[str, Any], out: Path) -> None:
     how = (
         f"{results['folds']}-fold cross-validation, {results['splits']['test']} problems each scored once"
         if results.get("folds")
-        else f"Test problems: {results['splits']['test']}; trained on {results['splits']['train']}, "
-        f"early stopping on {results['splits']['dev']}"
+        else f"Test problems: {results['splits']['test']}; trained on {results['splits']['train']}"
+        + (f" (the end-to-end rows on a seeded {results['splits']['finetune_train']} of them)"
+           if results["splits"].get("finetune_train", results["splits"]["train"]) != results["splits"]["train"]
+           else "")
+        + f", early stopping on {results['splits']['dev']}"
     )
     header = (
         f"# {results['dataset']} evidence selection\n\n"
@@ -853,6 +1021,12 @@ def write_reports(results: dict[str, Any], out: Path) -> None:
     )
     with atomic_write(out / "results.md") as fh:
         fh.write(header + format_results(results) + "\n")
+        fh.write("\nstrict@k (S: every sentence of a gold set within the first k picks) and redundancy@k (red: "
+                 "mean pairwise word overlap of the first k picks):\n\n" + format_sets(results) + "\n")
+        gains = format_gains(results)
+        if gains:
+            fh.write("\nThe paper's view: each DGN row's relative gain over the best untrained row at each k:\n\n"
+                     + gains + "\n")
         if results.get("graded_metrics"):
             fh.write("\nGraded relevance (the data's `relevance`; recall and precision above use the gold sets):\n\n"
                      + format_graded(results) + "\n")

@@ -215,7 +215,7 @@ def test_fever_benchmark_table_matches_an_independent_computation(
     release: dict[str, Any], tmp_path: Path, max_claims: int | None, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "run"
-    argv = ["benchmark", "--dataset", "fever", "--data-dir", str(release["data"]), "--features", "lexical",
+    argv = ["benchmark", "--dataset", "fever-wiki", "--data-dir", str(release["data"]), "--features", "lexical",
             "--seeds", "0", "--epochs", "2", "--output", str(out), "--cache-dir", str(tmp_path / "cache")]
     if max_claims:
         argv += ["--max-claims", str(max_claims)]
@@ -263,9 +263,9 @@ def test_fever_benchmark_errors(tmp_path: Path) -> None:
         (tmp_path / "fever").mkdir()
         for name in ("train.jsonl", "paper_dev.jsonl"):
             (tmp_path / "fever" / name).write_text("")
-        run_benchmark("fever", output=tmp_path / "out", data_dir=tmp_path,
+        run_benchmark("fever-wiki", output=tmp_path / "out", data_dir=tmp_path,
                       settings=BenchmarkSettings(features=("lexical",)), progress=False)
-    with pytest.raises(DgnUserError, match="the first 1 claims of the fever train file hold no usable claim.*raise --max-claims"):
+    with pytest.raises(DgnUserError, match="the first 1 claims of the fever-wiki train file hold no usable claim.*raise --max-claims"):
         (tmp_path / "fever" / "wiki.sqlite").unlink(missing_ok=True)
         (tmp_path / "fever" / "wiki-pages").mkdir()
         (tmp_path / "fever" / "wiki-pages" / "wiki-001.jsonl").write_text(
@@ -273,9 +273,9 @@ def test_fever_benchmark_errors(tmp_path: Path) -> None:
         (tmp_path / "fever" / "train.jsonl").write_text(json.dumps(
             {"id": 1, "verifiable": "NOT VERIFIABLE", "label": "NOT ENOUGH INFO", "claim": "C.",
              "evidence": [[[1, None, None, None]]]}) + "\n")
-        run_benchmark("fever", output=tmp_path / "out", data_dir=tmp_path,
+        run_benchmark("fever-wiki", output=tmp_path / "out", data_dir=tmp_path,
                       settings=BenchmarkSettings(features=("lexical",), max_claims=1), progress=False)
-    with pytest.raises(DgnUserError, match="--max-claims is for FEVER"):
+    with pytest.raises(DgnUserError, match="--max-claims is for the full FEVER release"):
         run_benchmark("wice", output=tmp_path / "out", data_dir=tmp_path,
                       settings=BenchmarkSettings(features=("lexical",), max_claims=5), progress=False)
 

@@ -25,7 +25,11 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
             "results.json, results.md and recall_precision.png to --output."
         ),
     )
-    p.add_argument("--dataset", required=True, help="fever, fm2, wice or climate-fever")
+    p.add_argument(
+        "--dataset", required=True,
+        help="fever (ERASER's FEVER: real claims, the sentences of their gold page), multirc, scifact, "
+        "entailmentbank, fm2, wice, climate-fever, or fever-wiki (the full FEVER 1.0 release and its Wikipedia dump)",
+    )
     add_feature_options(p)
     p.add_argument(
         "--vectors", default=None,
@@ -46,7 +50,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p.add_argument("--folds", type=types["positive_int"], default=None, help="cross-validate with this many folds")
     p.add_argument(
         "--max-claims", type=types["positive_int"], default=None,
-        help="FEVER: read only the first N claims of train.jsonl and of paper_dev.jsonl (try the run on a slice)",
+        help="fever-wiki: read only the first N claims of train.jsonl and of paper_dev.jsonl (try the run on a slice)",
     )
     p.add_argument(
         "--finetune-encoder", action="store_true",
@@ -58,6 +62,11 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         "--ablation", action="store_true",
         help="show every DGN objective as a row: coverage + modular, coverage only (no modular term), "
         "modular only (no coverage); the DGN row is the one the dev split chose",
+    )
+    p.add_argument(
+        "--finetune-max-train", type=types["positive_int"], default=None,
+        help="with --finetune-encoder: train the end-to-end rows on a seeded sample of N training problems "
+        "(the frozen-feature rows use all of them; default: all)",
     )
     p.add_argument("--epochs", type=types["positive_int"], default=None, help="maximum epochs (default: dgn.train.TrainConfig's)")
     from dgn.commands._common import add_candidate_stage_options
@@ -98,10 +107,12 @@ def _benchmark(args: argparse.Namespace) -> int:
         k: v for k, v in (("seed", args.seed), ("epochs", args.epochs), ("folds", args.folds),
                           ("max_claims", args.max_claims)) if v is not None
     }
-    if args.max_claims is not None and args.dataset != "fever":
-        raise DgnUserError(f"--max-claims is for --dataset fever, not {args.dataset}")
-    if args.dataset == "fever" and args.folds is not None:
-        raise DgnUserError("--folds: FEVER has its own splits (train, paper_dev); run it without --folds")
+    if args.max_claims is not None and args.dataset != "fever-wiki":
+        raise DgnUserError(f"--max-claims is for --dataset fever-wiki (the full release), not {args.dataset}")
+    if args.dataset in ("fever", "fever-wiki") and args.folds is not None:
+        plan = DATASET_SPLITS[args.dataset]
+        raise DgnUserError(f"--folds: {args.dataset} has its own splits ({plan['train']}, {plan['test']}); "
+                           f"run it without --folds")
     for option, field in (("--seeds", "seeds"), ("--finetune-seeds", "finetune_seeds")):
         given = getattr(args, field)
         if given is None:
@@ -115,6 +126,10 @@ def _benchmark(args: argparse.Namespace) -> int:
         overrides[field] = seeds
     if args.finetune_seeds is not None and not args.finetune_encoder:
         raise DgnUserError("--finetune-seeds: only used with --finetune-encoder")
+    if args.finetune_max_train is not None:
+        if not args.finetune_encoder:
+            raise DgnUserError("--finetune-max-train: only used with --finetune-encoder")
+        overrides["finetune_max_train"] = args.finetune_max_train
     if args.folds is not None and args.folds < 2:
         raise DgnUserError(f"--folds {args.folds}: cross-validation needs at least 2 folds")
     if args.features is not None:
@@ -145,6 +160,12 @@ def _benchmark(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     print(format_results(results))
+    from dgn.benchmark import format_gains
+
+    gains = format_gains(results)
+    if gains:
+        print("\nrelative gain of each DGN row over the best untrained row at each k (the paper's view):")
+        print(gains)
     if not args.finetune_encoder and not args.quiet:
         from dgn.features.family import encoders_available
 

@@ -806,7 +806,7 @@ def rank_problems(
 ) -> list[list[int]]:
     """The first ``k`` picks per problem: hard greedy for the DGN head, top-k by score for listwise.
 
-    Every text is embedded once (no gradients, length-sorted batches); the head then runs
+    Every distinct text is embedded once (no gradients, length-sorted batches); the head then runs
     on the embeddings problem batch by problem batch, on the model's device. With ``top_l``
     only the BM25-best ``top_l`` candidates are considered (see :func:`cut_candidates`);
     picks are indices into the original candidate lists. :func:`ranked_problems` gives
@@ -842,18 +842,20 @@ def ranked_problems(
         # Embed a chunk of problems at a time (bounded memory on large files), every text once.
         for chunk_start in range(0, len(problems), _RANK_CHUNK):
             part = problems[chunk_start : chunk_start + _RANK_CHUNK]
-            texts = [t for p in part for t in (p.query, *p.candidates)]
-            emb = torch.from_numpy(encode_texts(model.encoder, texts, progress=progress)).to(model.device)
-            offsets = np.cumsum([0] + [1 + len(p.candidates) for p in part])
+            # Claims about one document share its sentences (ERASER's FEVER: ten claims a page):
+            # each distinct text is embedded once and looked up by its row.
+            rows: dict[str, int] = {}
+            slots = [[rows.setdefault(t, len(rows)) for t in (p.query, *p.candidates)] for p in part]
+            emb = torch.from_numpy(encode_texts(model.encoder, list(rows), progress=progress)).to(model.device)
             for start in range(0, len(part), batch_size):
                 chunk = range(start, min(start + batch_size, len(part)))
                 N = max((len(part[i].candidates) for i in chunk), default=0)
-                q = torch.stack([emb[offsets[i]] for i in chunk])
+                q = emb[torch.tensor([slots[i][0] for i in chunk], device=emb.device)]
                 S = emb.new_zeros(len(chunk), N, emb.shape[1])
                 mask = torch.zeros(len(chunk), N, dtype=torch.bool, device=emb.device)
                 for b, i in enumerate(chunk):
                     n = len(part[i].candidates)
-                    S[b, :n] = emb[offsets[i] + 1 : offsets[i] + 1 + n]
+                    S[b, :n] = emb[torch.tensor(slots[i][1:], dtype=torch.long, device=emb.device)]
                     mask[b, :n] = True
                 lex = model.lexical_for([part[i].query for i in chunk], [part[i].candidates for i in chunk], N)
                 q, S, mask = q.to(device), S.to(device), mask.to(device)
