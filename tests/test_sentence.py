@@ -14,6 +14,8 @@ from dgn.errors import DgnUserError
 from dgn.sentence import (
     EndToEndSelector,
     FinetuneConfig,
+    default_facility,
+    default_init,
     encode_texts,
     finetune,
     load_sentence_model,
@@ -124,6 +126,25 @@ def test_untrained_heads_start_as_documented(encoder):
         picks = rank_problems(model, PROBLEMS, 3, progress=False)
         assert [r[0] for r in picks] == expected, head
         assert all(sorted(r) == [0, 1, 2] for r in picks)
+
+
+def test_ranking_claims_that_share_a_page_scores_each_as_if_alone(encoder):
+    """Claims about one page share its sentences, and ranked_problems embeds each distinct text
+    once: the picks and scores must be those of each problem ranked on its own (and the
+    shared texts appear in a different order and with a repeated claim)."""
+    from dgn.sentence import ranked_problems
+
+    page = [c for p in PROBLEMS for c in p.candidates]
+    shared = [Problem(f"s{i}", p.query, page[i:] + page[:i], []) for i, p in enumerate(PROBLEMS)]
+    shared.append(Problem("again", PROBLEMS[0].query, list(reversed(page)), []))
+    for head in ("dgn", "listwise"):
+        torch.manual_seed(0)
+        model = EndToEndSelector(encoder, head, init=default_init(head), facility=default_facility(head))
+        together = ranked_problems(model, shared, 4, progress=False)
+        alone = [ranked_problems(model, [p], 4, progress=False)[0] for p in shared]
+        assert [picks for picks, _ in together] == [picks for picks, _ in alone], head
+        for (_, a), (_, b) in zip(together, alone, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_finetune_moves_the_encoder_and_lowers_the_loss_then_round_trips(encoder, tmp_path):
