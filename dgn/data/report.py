@@ -1,4 +1,4 @@
-"""What a conversion did: problems written, problems skipped and parts dropped, with reasons."""
+"""What a conversion did: problems written, skipped and changed, with reasons."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ class ConvertReport:
         reasons: Skipped problems (whole records not written) by reason.
         dropped: Parts removed from problems that were written (an evidence group that
             points at a missing page, an empty gold set, ...) by reason.
+        notes: Changes to written problems that remove nothing (a repeated id made
+            unique, ...) by reason.
 
     Example:
         >>> r = ConvertReport()
@@ -28,6 +30,7 @@ class ConvertReport:
     written: int = 0
     reasons: Counter[str] = field(default_factory=Counter)
     dropped: Counter[str] = field(default_factory=Counter)
+    notes: Counter[str] = field(default_factory=Counter)
 
     @property
     def skipped(self) -> int:
@@ -41,6 +44,10 @@ class ConvertReport:
     def drop(self, reason: str, count: int = 1) -> None:
         """Count ``count`` dropped parts of written problems."""
         self.dropped[reason] += count
+
+    def note(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` changes to written problems that drop nothing."""
+        self.notes[reason] += count
 
     def summary(self, max_reasons: int = 5) -> str:
         """One line: counts, then the most common reasons.
@@ -61,4 +68,6 @@ class ConvertReport:
             out += f" ({fmt(self.reasons)})"
         if self.dropped:
             out += f"; dropped {sum(self.dropped.values())} ({fmt(self.dropped)})"
+        if self.notes:
+            out += f"; noted {sum(self.notes.values())} ({fmt(self.notes)})"
         return out

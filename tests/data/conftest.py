@@ -41,3 +41,39 @@ def wice_dev() -> Path:
 @pytest.fixture(scope="session")
 def climate_fever_file() -> Path:
     return shared_file("climate-fever/climate-fever.jsonl.gz")
+
+
+def shared_with_beside(relative: str, beside: str) -> Path:
+    """A real annotation file whose adapter also reads ``beside`` (documents, corpus)."""
+    shared_file(str(Path(relative).parent / beside))
+    return shared_file(relative)
+
+
+@pytest.fixture(scope="session")
+def eraser_fever_val() -> Path:
+    return shared_with_beside("eraser/fever/val.jsonl.gz", "docs.jsonl.gz")
+
+
+@pytest.fixture(scope="session")
+def eraser_fever_test() -> Path:
+    return shared_with_beside("eraser/fever/test.jsonl.gz", "docs.jsonl.gz")
+
+
+@pytest.fixture(scope="session")
+def eraser_multirc_val() -> Path:
+    return shared_with_beside("eraser/multirc/val.jsonl.gz", "docs.jsonl.gz")
+
+
+@pytest.fixture(scope="session")
+def scifact_train() -> Path:
+    return shared_with_beside("scifact/claims_train.jsonl.gz", "corpus.jsonl.gz")
+
+
+@pytest.fixture(scope="session")
+def entailmentbank_train() -> Path:
+    return shared_file("entailmentbank/task2_train.jsonl.gz")
+
+
+@pytest.fixture(scope="session")
+def entailmentbank_dev() -> Path:
+    return shared_file("entailmentbank/task2_dev.jsonl.gz")
