@@ -14,7 +14,7 @@ from dgn.commands import add_common_data_dir
 __all__ = ["register"]
 
 # The adapter names, for --help only; dgn.data.convert validates the real list.
-_FORMATS = "fever, fm2, wice, climate-fever"
+_FORMATS = "fever, fm2, wice, climate-fever, eraser (ERASER's FEVER and MultiRC), scifact, entailmentbank"
 
 
 def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
@@ -28,7 +28,10 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
 
     conv = data_sub.add_parser(
         "convert",
-        help="convert a source file (FEVER, FM2, WiCE, CLIMATE-FEVER) to selection JSONL",
+        help=(
+            "convert a source file (FEVER, FM2, WiCE, CLIMATE-FEVER, ERASER, SciFact, "
+            "EntailmentBank) to selection JSONL"
+        ),
         description=(
             "Convert a source file to selection JSONL (candidates shuffled with --seed) and "
             "print what was written and skipped."
@@ -39,6 +42,17 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     conv.add_argument(
         "--wiki", default=None,
         help="FEVER only: the wiki-pages directory, the release's wiki-pages.zip or a built wiki.sqlite",
+    )
+    conv.add_argument(
+        "--docs", default=None,
+        help=(
+            "eraser: the documents (a docs/ directory or docs.jsonl[.gz]); scifact: the corpus "
+            "(corpus.jsonl[.gz]); default: found beside --input"
+        ),
+    )
+    conv.add_argument(
+        "--strict", action="store_true",
+        help="eraser only: a line whose document is missing is an error (default: skipped and counted)",
     )
     conv.add_argument("--output", required=True, help="selection JSONL to write (.gz: gzip)")
     conv.add_argument(
@@ -90,6 +104,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
 def _convert(args: argparse.Namespace) -> int:
     from dgn.commands._common import require_file, require_output_file
     from dgn.data import ADAPTERS, convert
+    from dgn.data.adapters import DOCS_KEYWORD
     from dgn.data.registry import FEVER_URL
     from dgn.errors import DgnUserError
 
@@ -110,12 +125,24 @@ def _convert(args: argparse.Namespace) -> int:
                 f"--wiki {args.wiki}: not found (expected the wiki-pages directory, wiki-pages.zip "
                 f"or a built wiki.sqlite)"
             )
+    if args.docs is not None:
+        if args.format not in DOCS_KEYWORD:
+            raise DgnUserError(
+                f"--docs is only used with --format eraser or scifact, not {args.format!r}"
+            )
+        if not Path(args.docs).exists():
+            what = "docs/ directory or docs.jsonl" if args.format == "eraser" else "corpus.jsonl"
+            raise DgnUserError(f"--docs {args.docs}: not found (expected the {what})")
+    if args.strict and args.format != "eraser":
+        raise DgnUserError(f"--strict is only used with --format eraser, not {args.format!r}")
     require_file(args.input, "--input")
     require_output_file(args.output, "--output")
     kwargs: dict[str, Any] = {}
     if args.seed is not None:
         kwargs["seed"] = args.seed
-    report = convert(args.format, args.input, args.output, wiki=args.wiki, **kwargs)
+    report = convert(
+        args.format, args.input, args.output, wiki=args.wiki, docs=args.docs, strict=args.strict, **kwargs
+    )
     print(f"{args.output}: {report.summary()}")
     return 0
 

@@ -13,14 +13,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from dgn.data.climate_fever import convert_climate_fever
+from dgn.data.entailmentbank import convert_entailmentbank
+from dgn.data.eraser import convert_eraser
 from dgn.data.fever import convert_fever
 from dgn.data.fm2 import convert_fm2
 from dgn.data.report import ConvertReport
 from dgn.data.schema import Problem, write_problems
+from dgn.data.scifact import convert_scifact
 from dgn.data.wice import convert_wice
 from dgn.errors import DgnUserError
 
-__all__ = ["ADAPTERS", "Adapter", "convert", "get_adapter"]
+__all__ = ["ADAPTERS", "Adapter", "DOCS_KEYWORD", "convert", "get_adapter"]
 
 Adapter = Callable[..., Iterator[Problem]]
 
@@ -29,7 +32,14 @@ ADAPTERS: dict[str, Adapter] = {
     "fm2": convert_fm2,
     "wice": convert_wice,
     "climate-fever": convert_climate_fever,
+    "eraser": convert_eraser,
+    "scifact": convert_scifact,
+    "entailmentbank": convert_entailmentbank,
 }
+
+#: The formats that read documents beside their annotation file, and the adapter keyword
+#: that names them (:func:`convert`'s ``docs``).
+DOCS_KEYWORD = {"eraser": "docs", "scifact": "corpus"}
 
 
 def get_adapter(format: str) -> Adapter:
@@ -58,6 +68,8 @@ def convert(
     *,
     seed: int = 0,
     wiki: str | os.PathLike[str] | None = None,
+    docs: str | os.PathLike[str] | None = None,
+    strict: bool = False,
     **options: Any,
 ) -> ConvertReport:
     """Convert a source file to selection JSONL, atomically.
@@ -69,15 +81,18 @@ def convert(
             written if conversion fails; an existing file is then left untouched.
         seed: Candidate shuffle seed.
         wiki: FEVER only: the ``wiki-pages`` directory or a built ``wiki.sqlite``.
+        docs: ERASER: its documents (a ``docs/`` directory or ``docs.jsonl[.gz]``);
+            SciFact: its corpus (``corpus.jsonl[.gz]``). ``None``: found beside ``input``.
+        strict: ERASER only: a line whose document is missing is an error, not a skip.
         **options: Further adapter keywords (e.g. ``wiki_db``, ``title_in_text`` for
-            FEVER, ``shuffle=False``).
+            FEVER, ``multirc`` for ERASER, ``shuffle=False``).
 
     Returns:
         The report: problems written, skipped and dropped parts with reasons.
 
     Raises:
-        DgnUserError: Unknown format or option, or ``wiki`` given for a format that has
-            no use for it (or missing for FEVER).
+        DgnUserError: Unknown format or option, ``wiki``, ``docs`` or ``strict`` given for
+            a format that has no use for it (or ``wiki`` missing for FEVER).
         DataError: Bad source content (file, line and field named).
 
     Example:
@@ -95,6 +110,16 @@ def convert(
         if format != "fever":
             raise DgnUserError(f"a wiki dump is only used by the 'fever' format, not {format!r}")
         options["wiki"] = wiki
+    if docs is not None:
+        if format not in DOCS_KEYWORD:
+            raise DgnUserError(
+                f"documents (docs=) are only used by the 'eraser' and 'scifact' formats, not {format!r}"
+            )
+        options[DOCS_KEYWORD[format]] = docs
+    if strict:
+        if format != "eraser":
+            raise DgnUserError(f"strict= is only used by the 'eraser' format, not {format!r}")
+        options["strict"] = True
     report = ConvertReport()
     try:
         # A generator function binds its arguments at the call; the body runs later.

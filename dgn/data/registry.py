@@ -148,6 +148,97 @@ DATASETS: dict[str, DatasetSpec] = {
             "tdiggelm/climate-fever-dataset; license not stated (research use, cite)."
         ),
     ),
+    "eraser-fever": DatasetSpec(
+        name="eraser-fever",
+        files={
+            "val": DataFile(
+                "eraser/fever/val.jsonl.gz",
+                "ec49979dd878213631014278c0899ba7afb0d41dd01657d211d743be905923ec",
+                "eraser/fever/val.jsonl.gz",
+            ),
+            "test": DataFile(
+                "eraser/fever/test.jsonl.gz",
+                "131664e6b02195b781de9b4b2294bbaf1691aed64a29e50c7382d35d02745e00",
+                "eraser/fever/test.jsonl.gz",
+            ),
+            "docs": DataFile(
+                "eraser/fever/docs.jsonl.gz",
+                "06a1e4f796bbc88418264a1c450cc8f85628b2d2229b47aa67e3a8400e878eec",
+                "eraser/fever/docs.jsonl.gz",
+            ),
+        },
+        format="eraser",
+        description=(
+            "FEVER in ERASER's release (DeYoung et al., ACL 2020): claims with the sentences of "
+            "their gold Wikipedia page (val 6,122 lines, test 6,111; 4,072 documents, 77 val and "
+            "59 test lines lack theirs). A copy from GitHub shubham991999/expredAI3; FEVER "
+            "CC BY-SA 3.0."
+        ),
+    ),
+    "eraser-multirc": DatasetSpec(
+        name="eraser-multirc",
+        files={
+            "val": DataFile(
+                "eraser/multirc/val.jsonl.gz",
+                "e493b2bfcd03a67599e6205699ea46d444fda7a24609066b4b0ecc85c0ed42a6",
+                "eraser/multirc/val.jsonl.gz",
+            ),
+            "docs": DataFile(
+                "eraser/multirc/docs.jsonl.gz",
+                "91765d1c5a0e9db4c6788b2980a60afd9cbfa16b37422834c8ab9c791f7e7ca0",
+                "eraser/multirc/docs.jsonl.gz",
+            ),
+        },
+        format="eraser",
+        description=(
+            "MultiRC in ERASER's release: 631 val questions (3,214 answer-option lines) over "
+            "705 passages, every question needing several sentences. A copy from GitHub "
+            "shubham991999/expredAI3; CogComp MultiRC, research use."
+        ),
+    ),
+    "scifact": DatasetSpec(
+        name="scifact",
+        files={
+            "train": DataFile(
+                "scifact/claims_train.jsonl.gz",
+                "3bfe3b6c70ad9087df9b4994ce53ddb9dfbdc0323382cee18e86bab26d5dbe73",
+                "scifact/claims_train.jsonl.gz",
+            ),
+            "corpus": DataFile(
+                "scifact/corpus.jsonl.gz",
+                "a97033275534dd706419ea6e803deae36eb1e9114340a830db4cd1b35ea7d5e4",
+                "scifact/corpus.jsonl.gz",
+            ),
+        },
+        format="scifact",
+        description=(
+            "SciFact (Wadden et al., EMNLP 2020): 809 train claims (505 with evidence, 564 "
+            "claim-abstract pairs) and a 5,183-abstract corpus; rationale sentences as gold. "
+            "Rebuilt in the release's layout from a Hugging Face CSV export (GitHub "
+            "sumithra-p-v/claimverifier); CC BY-NC 2.0."
+        ),
+    ),
+    "entailmentbank": DatasetSpec(
+        name="entailmentbank",
+        files={
+            "train": DataFile(
+                "entailmentbank/task2_train.jsonl.gz",
+                "33e650186eda77dfb81da44db0af8124400351e9a0cb1dddebf61b04ce04805f",
+                "entailmentbank/task2_train.jsonl.gz",
+            ),
+            "dev": DataFile(
+                "entailmentbank/task2_dev.jsonl.gz",
+                "161b741286e56726c654d9adefad2bdee171273db75038f9f7fd5d95c5e4f56d",
+                "entailmentbank/task2_dev.jsonl.gz",
+            ),
+        },
+        format="entailmentbank",
+        description=(
+            "EntailmentBank task 2 (Dalvi et al., EMNLP 2021): a hypothesis, 25 facts and the "
+            "proof's leaves (2 to 17) as gold (train 1,313, dev 187). allenai/entailment_bank, "
+            "Apache-2.0."
+        ),
+    ),
     "fever": DatasetSpec(
         name="fever",
         files={

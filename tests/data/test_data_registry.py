@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from dgn.data.adapters import ADAPTERS
 from dgn.data.registry import DATASETS, data_dir, download, get_dataset, locate, sha256_file
 from dgn.errors import DgnUserError
 
@@ -62,19 +63,40 @@ def _files(root: Path) -> list[str]:
 
 
 def test_registry_contents() -> None:
-    assert set(DATASETS) == {"fm2", "wice", "climate-fever", "fever"}
+    assert set(DATASETS) == {
+        "fm2", "wice", "climate-fever", "fever", "eraser-fever", "eraser-multirc", "scifact",
+        "entailmentbank",
+    }
     assert list(DATASETS["fm2"].files) == ["dev", "test"]
     assert DATASETS["wice"].files["dev"].relative_path == "wice/claim_dev.jsonl.gz"
-    assert all(
-        spec.format in ("fm2", "wice", "climate-fever", "fever") for spec in DATASETS.values()
-    )
+    assert all(spec.format in ADAPTERS for spec in DATASETS.values())
+    assert {n: s.format for n, s in DATASETS.items() if n not in ("fm2", "wice", "climate-fever", "fever")} == {
+        "eraser-fever": "eraser", "eraser-multirc": "eraser", "scifact": "scifact",
+        "entailmentbank": "entailmentbank",
+    }
+    assert {n: list(s.files) for n, s in DATASETS.items() if s.format != n} == {
+        "eraser-fever": ["val", "test", "docs"], "eraser-multirc": ["val", "docs"],
+    }
+    assert list(DATASETS["scifact"].files) == ["train", "corpus"]
+    assert list(DATASETS["entailmentbank"].files) == ["train", "dev"]
+    # the adapters find documents and corpus beside the annotation file, under these names
+    assert DATASETS["eraser-fever"].files["docs"].relative_path == "eraser/fever/docs.jsonl.gz"
+    assert DATASETS["eraser-multirc"].files["docs"].relative_path == "eraser/multirc/docs.jsonl.gz"
+    assert DATASETS["scifact"].files["corpus"].relative_path == "scifact/corpus.jsonl.gz"
+    for spec in DATASETS.values():
+        for file in spec.files.values():
+            assert file.url is None or file.url == file.relative_path or spec.name == "fever"
     with pytest.raises(
-        DgnUserError, match="unknown dataset 'fm3'; known datasets: climate-fever, fever, fm2, wice"
+        DgnUserError,
+        match="unknown dataset 'fm3'; known datasets: climate-fever, entailmentbank, eraser-fever, "
+        "eraser-multirc, fever, fm2, scifact, wice",
     ):
         get_dataset("fm3")
 
 
-@pytest.mark.parametrize("name", ["fm2", "wice", "climate-fever"])
+@pytest.mark.parametrize(
+    "name", ["fm2", "wice", "climate-fever", "eraser-fever", "eraser-multirc", "scifact", "entailmentbank"]
+)
 def test_checksums_match_the_shared_files(name: str) -> None:
     for file in DATASETS[name].files.values():
         path = SHARED_DATA / file.relative_path
