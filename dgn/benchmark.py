@@ -53,6 +53,7 @@ __all__ = [
     "format_results",
     "prepare_data",
     "prepare_folds",
+    "sample_problems_file",
     "fever_evidence_scores",
     "fever_wiki",
     "read_fever_claims",
@@ -162,8 +163,8 @@ class BenchmarkSettings:
         candidate_stage: Settings of a :class:`dgn.fusion.candidates.CandidateStage`
             (``{"rankers", "fusion", "top_l"}``) that cuts every problem before all rows
             (training keeps the gold beyond the cut); scores are against the original gold.
-        finetune_max_train: Train the end-to-end rows on a seeded sample of this many of the
-            training problems (the frozen-feature rows train on all of them); None: all.
+        max_train: Train every trained row on a seeded sample of this many of the split's
+            training problems (the dev and test parts are whole); None: all of them.
         max_claims: ``fever-wiki``: read only the first N claims (NOT ENOUGH INFO included) of
             ``train.jsonl`` and of ``paper_dev.jsonl``; None: all.
     """
@@ -179,7 +180,7 @@ class BenchmarkSettings:
     encoder_model: str | None = None
     candidate_stage: dict[str, Any] | None = None
     max_claims: int | None = None
-    finetune_max_train: int | None = None
+    max_train: int | None = None
 
     def __post_init__(self) -> None:
         if not self.seeds:
@@ -193,10 +194,8 @@ class BenchmarkSettings:
             raise ValueError(f"BenchmarkSettings.models: unknown rows {unknown}")
         if self.max_claims is not None and (isinstance(self.max_claims, bool) or self.max_claims < 1):
             raise ValueError(f"BenchmarkSettings.max_claims must be a positive int, got {self.max_claims!r}")
-        if self.finetune_max_train is not None and (isinstance(self.finetune_max_train, bool)
-                                                    or self.finetune_max_train < 1):
-            raise ValueError("BenchmarkSettings.finetune_max_train must be a positive int, "
-                             f"got {self.finetune_max_train!r}")
+        if self.max_train is not None and (isinstance(self.max_train, bool) or self.max_train < 1):
+            raise ValueError(f"BenchmarkSettings.max_train must be a positive int, got {self.max_train!r}")
 
     @property
     def end_to_end_seeds(self) -> tuple[int, ...]:
@@ -705,6 +704,23 @@ def _restore_split(part: dict[str, Any], kept: dict[str, Any]) -> None:
     part["golds"] = [p.gold for p in kept["problems"]]
 
 
+def sample_problems_file(path: Path, n: int, seed: int) -> tuple[Path, int]:
+    """A seeded sample of ``n`` of the file's problems, in file order, written beside it.
+
+    Returns:
+        ``(sample path, problems in the file)``; the file itself when it holds ``n`` or fewer.
+    """
+    from dgn.data import read_problems, write_problems
+
+    problems = list(read_problems(path))
+    if len(problems) <= n:
+        return path, len(problems)
+    keep = sorted(random.Random(f"max-train:{seed}").sample(range(len(problems)), n))
+    target = path.with_name(f"{path.stem}.sample{n}-seed{seed}.jsonl")
+    write_problems(target, (problems[i] for i in keep))
+    return target, len(problems)
+
+
 def _run_split(
     paths: dict[str, Path],
     features: tuple[str, ...],
@@ -735,6 +751,10 @@ def _run_split(
     from dgn.pipeline import Featurizer, SelectionDataset
     from dgn.train import TrainConfig, rank, train_model
 
+    available = None
+    if s.max_train is not None:
+        paths = dict(paths)
+        paths["train"], available = sample_problems_file(paths["train"], s.max_train, s.seed)
     featurizer = Featurizer(vectors, features=features, encoder_model=s.encoder_model, cache_dir=cache_dir, progress=progress)
     featurizer.fit_scaler(paths["train"])
     train_config = TrainConfig()
@@ -761,7 +781,8 @@ def _run_split(
         "seconds": seconds,
         "parameters": parameters,
         "dim": featurizer.dim,
-        "sizes": {"train": len(train), "dev": len(dev), "test": len(test)},
+        "sizes": {"train": len(train), "dev": len(dev), "test": len(test),
+                  "train_available": len(train) if available is None else available},
         "train_config": asdict(train_config),
     }
     columns = featurizer.columns()
@@ -838,13 +859,6 @@ def _run_split(
     # The end-to-end rows read the lexical block only when --features names it: their default,
     # as dgn train's, is the fine-tuned encoder alone (FM2's dev split did not choose the block).
     lexical = bool(s.features) and "lexical" in features
-    finetune_train = train_problems
-    if s.finetune_max_train is not None and s.finetune_max_train < len(train_problems):
-        keep = sorted(random.Random(f"finetune-train:{s.seed}").sample(range(len(train_problems)),
-                                                                       s.finetune_max_train))
-        finetune_train = [train_problems[i] for i in keep]
-    if any(m in s.models for m in END_TO_END_ROWS):
-        result["sizes"]["finetune_train"] = len(finetune_train)
     for name, head in (("Fine-tuned encoder", "listwise"), ("DGN end to end", "dgn")):
         if name not in s.models:
             continue
@@ -867,7 +881,7 @@ def _run_split(
             if progress:
                 print(f"fine-tuning {name} ({model.num_parameters():,} parameters), seed {seed}", flush=True)
             config = FinetuneConfig(seed=seed)
-            fit = finetune(model, finetune_train, dev_problems, config, progress=progress)
+            fit = finetune(model, train_problems, dev_problems, config, progress=progress)
             rankings[name].append(rank_problems(model, test_problems, kmax, top_l=config.top_l, progress=progress))
             seconds[name].append(fit.seconds)
             dev_scores.setdefault(name, []).append(fit.best_score)
@@ -1006,8 +1020,8 @@ def write_reports(results: dict[str, Any], out: Path) -> None:
         f"{results['folds']}-fold cross-validation, {results['splits']['test']} problems each scored once"
         if results.get("folds")
         else f"Test problems: {results['splits']['test']}; trained on {results['splits']['train']}"
-        + (f" (the end-to-end rows on a seeded {results['splits']['finetune_train']} of them)"
-           if results["splits"].get("finetune_train", results["splits"]["train"]) != results["splits"]["train"]
+        + (f" (a seeded sample of the split's {results['splits']['train_available']})"
+           if results["splits"].get("train_available", results["splits"]["train"]) != results["splits"]["train"]
            else "")
         + f", early stopping on {results['splits']['dev']}"
     )

@@ -70,7 +70,7 @@ def test_benchmark_runs_every_model_writes_reports_and_reproduces(workspace):
     labels = {"TF-IDF": f"TF-IDF ({first['tfidf_config']})", "DGN": f"DGN (dev choice: {first['dgn_objective']})"}
     expected = [labels.get(m, m) for m in MODEL_NAMES if m not in ("Sentence cosine", "Lead-k")]  # FM2: no lead row
     assert list(first["models"]) == expected
-    assert first["splits"] == {"train": 48, "dev": 12, "test": 40}
+    assert first["splits"] == {"train": 48, "dev": 12, "test": 40, "train_available": 48}
     assert first["feature_dim"] == 8 + 8
     for name, row in first["models"].items():
         for k in (1, 3, 5, 7):
@@ -231,3 +231,26 @@ def test_end_to_end_rows_train_one_seed_unless_told():
     assert BenchmarkSettings(finetune_seeds=(0, 1, 2)).end_to_end_seeds == (0, 1, 2)
     with pytest.raises(ValueError, match="finetune_seeds must name at least one seed"):
         BenchmarkSettings(finetune_seeds=())
+
+
+def test_max_train_trains_every_row_on_a_seeded_sample_and_says_so(workspace):
+    from dgn.benchmark import prepare_data, sample_problems_file
+    from dgn.data import read_problems
+
+    results = run_benchmark(
+        "fm2", output=workspace / "sampled", data_dir=workspace / "data",
+        settings=BenchmarkSettings(epochs=1, seeds=(0,), features=("lexical",), max_train=20,
+                                   models=("BM25", "Encoder")),
+        cache_dir=workspace / "cache", progress=False,
+    )
+    assert results["splits"]["train"] == 20 and results["splits"]["train_available"] == 48
+    assert "(a seeded sample of the split's 48)" in (workspace / "sampled" / "results.md").read_text()
+    # the sample: 20 distinct problems of the train part, in its order, the same for the same seed
+    paths = prepare_data("fm2", workspace / "data", workspace / "sample-check", 0)
+    train = [p.id for p in read_problems(paths["train"])]
+    first, available = sample_problems_file(paths["train"], 20, 0)
+    ids = [p.id for p in read_problems(first)]
+    assert available == 48 and len(set(ids)) == 20 and ids == [i for i in train if i in set(ids)]
+    assert ids == [p.id for p in read_problems(sample_problems_file(paths["train"], 20, 0)[0])]
+    assert ids != [p.id for p in read_problems(sample_problems_file(paths["train"], 20, 1)[0])]
+    assert sample_problems_file(paths["train"], 48, 0) == (paths["train"], 48)  # nothing to cut

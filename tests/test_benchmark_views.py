@@ -86,8 +86,8 @@ def test_lead_rankings_follow_the_source_order_and_need_it() -> None:
         ({"folds": 1}, "folds must be at least 2"),
         ({"models": ("TF-IDF", "Lead-k", "Oracle")}, r"unknown rows \['Oracle'\]"),
         ({"max_claims": 0}, "max_claims must be a positive int"),
-        ({"finetune_max_train": 0}, "finetune_max_train must be a positive int"),
-        ({"finetune_max_train": True}, "finetune_max_train must be a positive int"),
+        ({"max_train": 0}, "max_train must be a positive int"),
+        ({"max_train": True}, "max_train must be a positive int"),
     ],
 )
 def test_benchmark_settings_refuse_bad_values(kwargs: dict, message: str) -> None:

@@ -64,9 +64,9 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
         "modular only (no coverage); the DGN row is the one the dev split chose",
     )
     p.add_argument(
-        "--finetune-max-train", type=types["positive_int"], default=None,
-        help="with --finetune-encoder: train the end-to-end rows on a seeded sample of N training problems "
-        "(the frozen-feature rows use all of them; default: all)",
+        "--max-train", type=types["positive_int"], default=None,
+        help="train every trained row on a seeded sample of N of the training problems (the dev and test "
+        "parts stay whole; default: all)",
     )
     p.add_argument("--epochs", type=types["positive_int"], default=None, help="maximum epochs (default: dgn.train.TrainConfig's)")
     from dgn.commands._common import add_candidate_stage_options
@@ -126,10 +126,8 @@ def _benchmark(args: argparse.Namespace) -> int:
         overrides[field] = seeds
     if args.finetune_seeds is not None and not args.finetune_encoder:
         raise DgnUserError("--finetune-seeds: only used with --finetune-encoder")
-    if args.finetune_max_train is not None:
-        if not args.finetune_encoder:
-            raise DgnUserError("--finetune-max-train: only used with --finetune-encoder")
-        overrides["finetune_max_train"] = args.finetune_max_train
+    if args.max_train is not None:
+        overrides["max_train"] = args.max_train
     if args.folds is not None and args.folds < 2:
         raise DgnUserError(f"--folds {args.folds}: cross-validation needs at least 2 folds")
     if args.features is not None:
