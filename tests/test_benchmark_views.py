@@ -54,6 +54,15 @@ def test_relative_gain_is_over_the_best_untrained_row_at_each_cutoff() -> None:
     assert dgn["precision@1"] == pytest.approx(0.66 / 0.60 - 1)  # +10%
 
 
+def test_the_paper_view_compares_with_the_papers_three_untrained_baselines_only() -> None:
+    from dgn.benchmark import PAPER_BASELINES
+
+    view = relative_gains(_results(), baselines=PAPER_BASELINES)
+    # Lead-k is not one of the paper's rows: TF-IDF sets every bar
+    assert set(view["baseline"].values()) == {"TF-IDF (per-problem,1-1,raw-tf)"}
+    assert view["gains"]["DGN (dev choice: coverage only)"]["recall@1"] == pytest.approx(0.55 / 0.40 - 1)
+
+
 def test_gain_and_set_tables_print_what_they_compute() -> None:
     results = _results()
     results["relative_gains"] = relative_gains(results)

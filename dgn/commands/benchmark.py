@@ -164,6 +164,10 @@ def _benchmark(args: argparse.Namespace) -> int:
     if gains:
         print("\nrelative gain of each DGN row over the best untrained row at each k (the paper's view):")
         print(gains)
+        paper = format_gains(results, "relative_gains_paper")
+        if paper and paper != gains:
+            print("\nthe same over the paper's untrained baselines (TF-IDF, embedding cosine, untrained SCMM greedy):")
+            print(paper)
     if not args.finetune_encoder and not args.quiet:
         from dgn.features.family import encoders_available
 
