@@ -16,9 +16,12 @@ default DGN is ``--init ranker --first-layer-weight 1 --encoder-grad-scale 0
     python benchmarks/finetune_seeds.py --dataset fm2 --heads listwise --seeds 0,1,2 --output runs/e2e
     python benchmarks/finetune_seeds.py --summary --output runs/e2e [--multi-sentence]
 
-FEVER (its release under --data-dir, see ``dgn data download fever``): ``--dataset fever
---max-claims N``; ``--summary --multi-sentence`` then scores the claims whose every
-evidence group holds two or more sentences.
+Real FEVER (ERASER's release in ../shared/data): ``--dataset fever``; MultiRC, SciFact and
+EntailmentBank: ``--dataset multirc | scifact | entailmentbank`` (``dgn benchmark
+--finetune-encoder --finetune-seeds 0,1,2`` trains the same two rows with every baseline beside
+them). The full FEVER release under --data-dir (see ``dgn data download fever``):
+``--dataset fever-wiki --max-claims N``. ``--summary --multi-sentence`` then scores the
+claims whose every evidence group holds two or more sentences.
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def main() -> None:
     parser.add_argument("--listwise-loss", default="set_recall",
                         help="the listwise head's target: set_recall (default, the best gold set) or soft_label (gold / |gold|)")
     parser.add_argument("--max-claims", type=int, default=None,
-                        help="FEVER: read only the first N claims of train.jsonl and of paper_dev.jsonl")
+                        help="fever-wiki: read only the first N claims of train.jsonl and of paper_dev.jsonl")
     parser.add_argument("--also-train", default="",
                         help="comma-separated datasets whose training split is added to every run's training problems")
     parser.add_argument("--epochs", type=int, default=1)
