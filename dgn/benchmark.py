@@ -101,8 +101,8 @@ DATASET_SPLITS: dict[str, dict[str, Any]] = {
 
 
 def _registry_name(dataset: str) -> str:
-    """The registry entry (:data:`dgn.data.DATASETS`) behind a benchmark dataset."""
-    return DATASET_SPLITS[dataset].get("registry", dataset)
+    """The registry entry (:data:`dgn.data.DATASETS`) behind a benchmark dataset (else the name itself)."""
+    return DATASET_SPLITS.get(dataset, {}).get("registry", dataset)
 
 
 def _uses_wiki(dataset: str) -> bool:
@@ -282,7 +282,7 @@ def raw_file(
     from dgn.data import locate
     from dgn.data.io import atomic_write, iter_lines
 
-    path = locate(_registry_name(dataset) if dataset in DATASET_SPLITS else dataset, split, data_dir)
+    path = locate(_registry_name(dataset), split, data_dir)
     if max_claims is None:
         return path
     work.mkdir(parents=True, exist_ok=True)
