@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,8 @@ def _library() -> ctypes.CDLL | None:
     """The built kernel (cached under ``default_cache_dir() / "kernels"``), or None when it
     cannot be built here (not Linux or macOS, no C compiler) or ``DGN_KERNELS=0`` is set in
     the environment: callers then use the general path (``torch.compile``)."""
-    from dgn.pipeline import default_cache_dir
+    from dgn._paths import default_cache_dir
+
     if sys.platform not in ("linux", "darwin") or os.environ.get("DGN_KERNELS", "1").strip() == "0":
         return None
     cc = os.environ.get("CC")
@@ -384,7 +386,8 @@ class _LayerwiseCE(torch.autograd.Function):
     ``(B, K, N)``, gold ``(B, N)`` uint8 and the picks ``(B, K)`` (None: each layer's argmax)."""
 
     @staticmethod
-    def forward(ctx: Any, logits: Tensor, gold: Tensor, picks: Tensor | None, status: list[int]) -> Tensor:
+    def forward(ctx: Any, logits: Tensor, gold: Tensor, picks: Tensor | None, status: list[int],
+                reference: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Tensor:
         lib = _library()
         assert lib is not None
         B, K, N = logits.shape
@@ -396,17 +399,16 @@ class _LayerwiseCE(torch.autograd.Function):
             raise MemoryError("the loss kernel could not allocate its work space")
         status.append(code)  # -2: a logit NaN or +inf
         ctx.save_for_backward(logits, gold, used)
+        ctx.reference = reference
         return loss
 
     @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, None, None, None, None]:
         logits, gold, used = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: differentiate the composition instead
-            from dgn.losses import _layerwise_terms
-
             with torch.enable_grad():
-                per = _layerwise_terms(logits, gold.bool(), used)
-                return torch.autograd.grad(per, logits, grad, create_graph=True)[0], None, None, None
+                per = ctx.reference(logits, gold.bool(), used)
+                return torch.autograd.grad(per, logits, grad, create_graph=True)[0], None, None, None, None
         lib = _library()
         assert lib is not None
         B, K, N = logits.shape
@@ -415,7 +417,7 @@ class _LayerwiseCE(torch.autograd.Function):
         if lib.layerwise_ce_backward(B, K, N, logits.data_ptr(), gold.data_ptr(), used.data_ptr(),
                                      grad.data_ptr(), d_logits.data_ptr()) < 0:
             raise MemoryError("the loss kernel could not allocate its work space")
-        return d_logits, None, None, None
+        return d_logits, None, None, None, None
 
 
 def layerwise_ce_applies(logits: Tensor) -> bool:
@@ -425,15 +427,20 @@ def layerwise_ce_applies(logits: Tensor) -> bool:
         and _library() is not None
 
 
-def layerwise_ce(logits: Tensor, gold: Tensor, picks: Tensor | None) -> Tensor | None:
+def layerwise_ce(logits: Tensor, gold: Tensor, picks: Tensor | None,
+                 reference: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Tensor | None:
     """Each problem's layer-wise cross entropy (:func:`dgn.losses.layerwise_cross_entropy`
     before its reduction) from float32 CPU logits of checked shape, or None where the kernel
     does not apply (:func:`layerwise_ce_applies`) or a logit is NaN or +inf (the kernel
-    checks them as it reads them: the caller's check then gives the error)."""
+    checks them as it reads them: the caller's check then gives the error).
+
+    ``reference(logits, gold, picks)`` is the same loss composed of PyTorch operations; a
+    double backward (``create_graph=True``) differentiates it, as the kernel has no second
+    derivative."""
     if not layerwise_ce_applies(logits):
         return None
     gold_bytes = gold.to(device="cpu").bool().contiguous().view(torch.uint8)
     picks = None if picks is None else picks.to(device="cpu", dtype=torch.int64).contiguous()
     status: list[int] = []
-    out = _LayerwiseCE.apply(logits.contiguous(), gold_bytes, picks, status)
+    out = _LayerwiseCE.apply(logits.contiguous(), gold_bytes, picks, status, reference)
     return None if status[0] else out  # type: ignore[no-any-return]

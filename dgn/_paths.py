@@ -13,6 +13,12 @@ from typing import Any
 from dgn.errors import DgnUserError
 
 
+def default_cache_dir() -> Path:
+    """``$DGN_CACHE_DIR``, else ``~/.cache/dgn``."""
+    env = os.environ.get("DGN_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "dgn"
+
+
 def require_file(path: str | os.PathLike[str], option: str) -> None:
     """An existing regular file, else a user error naming the option and the path."""
     p = Path(path)

@@ -334,7 +334,7 @@ class EncoderScorer(nn.Module):
 
     def save_pretrained(self, directory: Any, extra: dict[str, Any] | None = None) -> Any:
         """Write ``config.json`` and ``model.safetensors`` (as :meth:`dgn.DGN.save_pretrained`)."""
-        from dgn.model import write_checkpoint
+        from dgn.checkpoint import write_checkpoint
 
         return write_checkpoint(self, directory, "encoder", dict(self.config), self.extra if extra is None else extra)
 
@@ -345,15 +345,15 @@ class EncoderScorer(nn.Module):
         Raises:
             DgnUserError: As :meth:`dgn.DGN.from_pretrained`, or a checkpoint of a DGN.
         """
-        from dgn.model import read_checkpoint
+        from dgn.checkpoint import read_checkpoint
 
         return cls._from_checkpoint(*read_checkpoint(directory, map_location), map_location)
 
     @classmethod
     def _from_checkpoint(cls, meta: dict[str, Any], state: dict[str, Tensor], source: str, weights_path: Path,
                          map_location: Any) -> EncoderScorer:
-        """:meth:`from_pretrained` on a checkpoint :func:`dgn.model.read_checkpoint` has read."""
-        from dgn.model import load_weights
+        """:meth:`from_pretrained` on a checkpoint :func:`dgn.checkpoint.read_checkpoint` has read."""
+        from dgn.checkpoint import load_weights
 
         if meta.get("model_type", "dgn") != "encoder":
             raise DgnUserError(

@@ -210,8 +210,8 @@ def load_explainable(
             :func:`dgn.pipeline.featurizer_for_model`, or an encoder scorer's checkpoint
             (only a DGN has a greedy objective to explain).
     """
+    from dgn.checkpoint import is_end_to_end_model
     from dgn.model import DGN, load_model
-    from dgn.sentence.finetune import is_end_to_end_model
 
     if is_end_to_end_model(model_dir):
         from dgn.sentence import EndToEndFeatures, EndToEndSelector

@@ -172,7 +172,7 @@ def layerwise_cross_entropy(
             _check(states, gold, "gold", from_logits)
         raise
     if kernel:
-        per_problem = _kernels.layerwise_ce(states, gold, picks)
+        per_problem = _kernels.layerwise_ce(states, gold, picks, _layerwise_terms)
         if per_problem is not None:
             return _reduce(per_problem, reduction)
         _check(states, gold, "gold", from_logits)  # a NaN or +inf logit: the error

@@ -8,10 +8,8 @@ test-time picks keep the submodular structure and its guarantees.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -20,9 +18,15 @@ import torch
 from torch import Tensor, nn
 
 from dgn._validation import as_features, as_mask
-from dgn._version import __version__
+from dgn.checkpoint import (
+    CONFIG_NAME,
+    WEIGHTS_NAME,
+    load_weights,
+    read_checkpoint,
+    write_checkpoint,
+)
 from dgn.encoder import DeepEncoder, Encoder, _ReluEncoder
-from dgn.errors import DgnUserError, one_line
+from dgn.errors import DgnUserError
 from dgn.greedy import RELAXATIONS, Selection, greedy_select
 from dgn.layer import GreedyLayer
 from dgn.objectives import CONCAVE_FUNCTIONS, SCMM
@@ -32,12 +36,6 @@ __all__ = ["DGNConfig", "DGN", "DGNOutput", "CONFIG_NAME", "WEIGHTS_NAME", "MODU
 #: How the modular term's linear score becomes ``beta`` (softplus: nonnegative).
 MODULAR_ACTIVATIONS = ("softplus", "identity")
 
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
-_FORMAT = "dgn-model"
-_FORMAT_VERSION = 1
-#: Key of the config copy inside the safetensors metadata.
-_META_KEY = "dgn"
 
 
 @dataclass(frozen=True)
@@ -298,11 +296,25 @@ class DGN(nn.Module):
             ``(H, beta, selection)``: the encoding ``(B, N, E)``, the modular bonus
             ``(B, N)`` or None, and the :class:`~dgn.greedy.Selection`.
         """
-        X, valid = self._inputs(features, mask)
-        H, beta = self._encode_and_score(X, valid)
+        H, beta, valid = self.encode_and_score(features, mask)
         K = self.config.steps if steps is None else steps
         sel = greedy_select(H, K, self.objective, valid, modular=beta, return_step_gains=return_step_gains)
         return H, beta, sel
+
+    def encode_and_score(
+        self, features: Any, mask: Any = None, penalty_weight: Tensor | float = 1.0
+    ) -> tuple[Tensor, Tensor | None, Tensor]:
+        """What the greedy layers read: the encoding ``H`` ``(B, N, E)``, the modular bonus
+        ``beta`` ``(B, N)`` (None without a modular term) and the valid mask ``(B, N)``.
+
+        A model that puts the DGN under a larger objective (as the end-to-end model's
+        facility-location term does) calls this and runs its own greedy. ``penalty_weight``
+        is the weight the SCMM counts at in that objective, which ``coverage_penalty``
+        takes each candidate's singleton coverage off at (1 for the DGN alone).
+        """
+        X, valid = self._inputs(features, mask)
+        H, beta = self._encode_and_score(X, valid, penalty_weight)
+        return H, beta, valid
 
     def _encode_and_score(
         self, X: Tensor, valid: Tensor, penalty_weight: Tensor | float = 1.0
@@ -353,8 +365,7 @@ class DGN(nn.Module):
         Returns:
             A :class:`DGNOutput` (batched; unbatched input is given a batch of 1).
         """
-        X, valid = self._inputs(features, mask)
-        H, beta = self._encode_and_score(X, valid)  # (B, N, E), (B, N) or None
+        H, beta, valid = self.encode_and_score(features, mask)  # (B, N, E), (B, N) or None, (B, N)
         K = self.config.steps if steps is None else steps
         # tau from the config at call time: training anneals it by replacing the config
         out = self.greedy(H, valid, beta, K, tau=self.config.tau)
@@ -417,108 +428,6 @@ class DGN(nn.Module):
         return model
 
 
-def write_checkpoint(
-    model: nn.Module, directory: str | os.PathLike[str], model_type: str, config: dict[str, Any], extra: dict[str, Any]
-) -> Path:
-    """Write ``model``'s checkpoint (``config.json`` + ``model.safetensors``), weights last."""
-    from safetensors.torch import save
-
-    from dgn.data.io import atomic_write
-
-    path = Path(directory)
-    path.mkdir(parents=True, exist_ok=True)
-    meta = {
-        "format": _FORMAT,
-        "format_version": _FORMAT_VERSION,
-        "dgn_version": __version__,
-        "config": config,
-        "extra": extra,
-    }
-    if model_type != "dgn":  # DGN checkpoints keep the layout they always had
-        meta["model_type"] = model_type
-    text = json.dumps(meta, indent=2, sort_keys=True, allow_nan=False) + "\n"
-    tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    blob = save(tensors, metadata={"format": "pt", _META_KEY: json.dumps(meta, sort_keys=True)})
-    with atomic_write(path / CONFIG_NAME) as fh:
-        fh.write(text)
-    with atomic_write(path / WEIGHTS_NAME, "wb") as fh:
-        fh.write(blob)
-    return path
-
-
-def read_checkpoint(
-    directory: str | os.PathLike[str], map_location: str | torch.device = "cpu"
-) -> tuple[dict[str, Any], dict[str, Tensor], str, Path]:
-    """The checked metadata, the tensors, the metadata's source and the weights path."""
-    from safetensors import SafetensorError, safe_open
-
-    path = Path(directory)
-    config_path = path / CONFIG_NAME
-    weights_path = path / WEIGHTS_NAME
-    if not path.is_dir():
-        raise DgnUserError(f"{path}: model directory not found")
-    if not weights_path.is_file():
-        from dgn.sentence.finetune import is_end_to_end_model
-
-        if is_end_to_end_model(path):
-            raise DgnUserError(
-                f"{path}: a model trained end to end (a sentence encoder under its head), not a "
-                "frozen-feature checkpoint; load any kind with dgn.load(path)"
-            )
-        if config_path.is_file():
-            raise DgnUserError(f"{weights_path}: model weights missing")
-        raise DgnUserError(f"{config_path}: no model config found (is {path} a dgn checkpoint?)")
-    try:  # one read of the weights file: the config stored in it, and the tensors
-        with safe_open(str(weights_path), framework="pt", device=str(map_location)) as handle:
-            stored = (handle.metadata() or {}).get(_META_KEY)
-            state = {name: handle.get_tensor(name) for name in handle.keys()}
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise DgnUserError(f"{weights_path}: cannot read weights: {one_line(exc)}") from None
-    file_meta = _read_config_json(config_path) if config_path.is_file() else None
-    if stored is not None:
-        try:
-            meta = json.loads(stored)
-        except json.JSONDecodeError as exc:
-            raise DgnUserError(f"{weights_path}: metadata field {_META_KEY!r} is not JSON: {exc}") from None
-        source = f"{weights_path} (metadata)"
-        if file_meta is not None and file_meta != meta:
-            warnings.warn(
-                f"{config_path} does not match the config stored in {weights_path} "
-                "(an interrupted save?); using the weights' own config",
-                stacklevel=3,
-            )
-    elif file_meta is not None:
-        meta, source = file_meta, str(config_path)
-    else:
-        raise DgnUserError(f"{config_path}: no model config found (is {path} a dgn checkpoint?)")
-    if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
-        raise DgnUserError(f"{source}: field 'format': not a dgn model config")
-    if meta.get("format_version") != _FORMAT_VERSION:
-        raise DgnUserError(
-            f"{source}: field 'format_version': checkpoint format "
-            f"{meta.get('format_version')!r} is not supported (this dgn {__version__} reads {_FORMAT_VERSION})"
-        )
-    extra = meta.get("extra") or {}
-    if not isinstance(extra, dict):
-        raise DgnUserError(f"{source}: field 'extra': expected an object")
-    meta["extra"] = extra
-    return meta, state, source, weights_path
-
-
-def load_weights(model: nn.Module, state: dict[str, Tensor], weights_path: Path,
-                 map_location: str | torch.device = "cpu") -> None:
-    """``model.load_state_dict(state)``, with a one-line error when they do not fit, then the
-    model moved to ``map_location`` (the weights are copied into its parameters, which a
-    new model has on the CPU)."""
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as exc:
-        first = str(exc).strip().splitlines()
-        detail = " ".join(line.strip() for line in first[:3])
-        raise DgnUserError(f"{weights_path}: weights do not match the config: {detail}") from None
-    model.to(map_location)
-
-
 def load_model(directory: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> nn.Module:
     """Load any dgn checkpoint: a :class:`DGN` or an :class:`~dgn.baselines.EncoderScorer`.
 
@@ -556,10 +465,3 @@ def _alias_shared_keys(
     """Load pre-hook: the greedy layer's shared objective loads from ``objective.*``."""
     for key in [k for k in state_dict if k.startswith(prefix + "objective.")]:
         state_dict[prefix + "greedy." + key[len(prefix):]] = state_dict[key]
-
-
-def _read_config_json(config_path: Path) -> Any:
-    try:
-        return json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DgnUserError(f"{config_path}: cannot read config: {one_line(exc)}") from None

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from dgn._paths import default_cache_dir
 from dgn.errors import DgnUserError
 
 __all__ = [
@@ -34,12 +35,6 @@ __all__ = [
     "pad_features",
     "FEATURIZER_KINDS",
 ]
-
-
-def default_cache_dir() -> Path:
-    """``$DGN_CACHE_DIR``, else ``~/.cache/dgn``."""
-    env = os.environ.get("DGN_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "dgn"
 
 
 @dataclass(frozen=True)

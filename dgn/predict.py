@@ -81,8 +81,8 @@ def predict_file(
         DataError: A malformed problem in ``data`` (file, line and field).
     """
     from dgn._paths import require_output_file
+    from dgn.checkpoint import is_end_to_end_model
     from dgn.data import write_predictions
-    from dgn.sentence.finetune import is_end_to_end_model
 
     for name, value in (("k", k), ("batch_size", batch_size)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

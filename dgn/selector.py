@@ -160,7 +160,7 @@ class Selector(ABC):
                 checkpoint that cannot be read, or a featurizer that cannot be rebuilt
                 (see :func:`dgn.pipeline.featurizer_for_model`).
         """
-        from dgn.sentence.finetune import is_end_to_end_model
+        from dgn.checkpoint import is_end_to_end_model
 
         directory = _model_directory(path)
         if is_end_to_end_model(directory):
@@ -284,7 +284,8 @@ class EndToEndModelSelector(Selector):
             DgnUserError: As :meth:`Selector.from_pretrained`, a frozen-feature checkpoint,
                 or ``vectors`` given (an end-to-end model reads no word vectors).
         """
-        from dgn.sentence.finetune import EndToEndSelector, is_end_to_end_model
+        from dgn.checkpoint import is_end_to_end_model
+        from dgn.sentence.finetune import EndToEndSelector
 
         directory = _model_directory(path)
         if not is_end_to_end_model(directory):

@@ -99,7 +99,7 @@ def finetune_checkpoint(
         raise DgnUserError(f"--output_dir {out}: not a directory")
     if out.exists() and source.exists() and out.resolve() == source.resolve():
         raise DgnUserError(f"--output_dir {out}: the same directory as --model_name_or_path; choose another")
-    from dgn.sentence.finetune import is_end_to_end_model
+    from dgn.checkpoint import is_end_to_end_model
 
     if is_end_to_end_model(source):
         frozen_only = [o for o, v in (("--resume", resume), ("--vectors", vectors), ("--cache-dir", cache_dir)) if v]

@@ -798,15 +798,15 @@ def test_loss_kernel_finds_nan_and_plus_inf_logits(value):
     """The layer-wise loss leaves the NaN/+inf check of float32 logits to its kernel, which
     declines on such a logit (in any layer or problem); the check then raises the error
     of the float64 path. -inf (an unavailable candidate) is no error."""
-    from dgn.losses import layerwise_cross_entropy
+    from dgn.losses import _layerwise_terms, layerwise_cross_entropy
 
     gen = torch.Generator().manual_seed(5)
     logits = torch.randn(3, 4, 6, generator=gen)
     logits[:, 1:, 0] = float("-inf")
     gold = torch.rand(3, 6, generator=gen) > 0.5
-    assert _kernels.layerwise_ce(logits, gold, None) is not None
+    assert _kernels.layerwise_ce(logits, gold, None, _layerwise_terms) is not None
     logits[2, 3, 5] = value
-    assert _kernels.layerwise_ce(logits, gold, None) is None
+    assert _kernels.layerwise_ce(logits, gold, None, _layerwise_terms) is None
     with pytest.raises(ValueError) as in_double:
         layerwise_cross_entropy(logits.double(), gold)
     with pytest.raises(ValueError) as in_float:

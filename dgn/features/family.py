@@ -157,7 +157,7 @@ class SentenceBlock:
     name = "sentence"
 
     def __init__(self, model: str | os.PathLike[str] | None = None, *, batch_size: int = 64, chunk: int = 2048) -> None:
-        from dgn.sentence.encoder import DEFAULT_MODEL, resolve_model_path
+        from dgn.features.sentence import DEFAULT_MODEL, resolve_model_path
 
         self.model_name = DEFAULT_MODEL if model is None else str(model)
         self.model_path = resolve_model_path(self.model_name)  # fails early without the extra
@@ -194,7 +194,7 @@ class SentenceBlock:
                 raise KeyError("a Dense projection sets the size")  # load the model to ask it
             return int(json.loads((root / "config.json").read_text(encoding="utf-8"))["hidden_size"])
         except (OSError, KeyError, ValueError, TypeError, AttributeError):
-            from dgn.sentence.encoder import embedding_dim
+            from dgn.features.sentence import embedding_dim
 
             return embedding_dim(self.model())
 
@@ -202,7 +202,7 @@ class SentenceBlock:
         """The loaded encoder (loaded on first use, once per process)."""
         key = self._weights_key()
         if key not in _MODELS:
-            from dgn.sentence.encoder import load_sentence_model
+            from dgn.features.sentence import load_sentence_model
 
             _MODELS[key] = load_sentence_model(self.model_path)
         return _MODELS[key]
@@ -221,7 +221,7 @@ class SentenceBlock:
     def build(self, problems: Sequence[Any], progress: bool) -> Iterator[np.ndarray]:
         import torch
 
-        from dgn.sentence.encoder import encode_texts, pair_features
+        from dgn.features.sentence import encode_texts, pair_features
 
         for start in range(0, len(problems), self.chunk):
             part = problems[start : start + self.chunk]

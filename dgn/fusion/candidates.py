@@ -102,7 +102,7 @@ class CandidateStage:
     # -- scoring ---------------------------------------------------------------------
     def _sentence_model(self) -> Any:
         if self._encoder is None:
-            from dgn.sentence.encoder import load_sentence_model
+            from dgn.features.sentence import load_sentence_model
 
             self._encoder = load_sentence_model(self.encoder_model)
         return self._encoder
@@ -123,7 +123,7 @@ class CandidateStage:
 
                 out[name] = np.stack([bm25_scores(q, candidates) for q in query_texts])
             else:
-                from dgn.sentence.encoder import encode_texts
+                from dgn.features.sentence import encode_texts
 
                 emb = np.asarray(encode_texts(self._sentence_model(), list(texts), progress=False), dtype=np.float64)
                 emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)

@@ -48,12 +48,10 @@ def evaluate_files(
     """
     from dgn.data import PredictionReader, read_problems
     from dgn.errors import DataError, DgnUserError
-    from dgn.metrics import SelectionMetrics
+    from dgn.metrics.evaluation import SelectionMetrics, parse_metric
 
     # The reader validates each line and refuses a repeated id.
     preds = {pred.id: (pred.ranking, line) for line, pred in PredictionReader(predictions).numbered()}
-
-    from dgn.metrics import parse_metric
 
     settings = {
         "max_evidence": FEVER_MAX_EVIDENCE if fever else None,

@@ -15,7 +15,7 @@ sentence-transformers only when a model is loaded.
 
 from __future__ import annotations
 
-from dgn.sentence.encoder import (
+from dgn.features.sentence import (
     DEFAULT_MODEL,
     encode_texts,
     load_sentence_model,

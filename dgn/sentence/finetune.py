@@ -1,7 +1,7 @@
 """End-to-end training of a sentence encoder under the greedy layers (or a listwise scorer).
 
 :class:`EndToEndSelector` embeds the claim and its candidates with a pretrained
-sentence-transformers model, builds :func:`~dgn.sentence.encoder.pair_features` and puts
+sentence-transformers model, builds :func:`~dgn.features.sentence.pair_features` and puts
 one of two heads on top:
 
 * ``"dgn"``: a :class:`~dgn.model.DGN` over those features. Training runs the relaxed
@@ -45,12 +45,10 @@ from torch import Tensor, nn
 
 from dgn._choices import END_TO_END_INITS
 from dgn._paths import model_directory, one_train_file, train_file_list
+from dgn.checkpoint import END_TO_END_CONFIG, is_end_to_end_model, load_weights
 from dgn.errors import DgnUserError
 from dgn.features.lexical import LEXICAL_FEATURES, lexical_features
-from dgn.layer import GreedyLayer
-from dgn.model import DGN, DGNConfig, DGNOutput
-from dgn.objectives import FacilityLocation, SumObjective
-from dgn.sentence.encoder import (
+from dgn.features.sentence import (
     DEFAULT_MODEL,
     embed,
     embedding_dim,
@@ -59,6 +57,9 @@ from dgn.sentence.encoder import (
     pair_features,
     resolve_model_path,
 )
+from dgn.layer import GreedyLayer
+from dgn.model import DGN, DGNConfig, DGNOutput
+from dgn.objectives import FacilityLocation, SumObjective
 from dgn.train import TrainResult
 
 __all__ = [
@@ -129,14 +130,13 @@ def config_from_record(record: dict[str, Any]) -> FinetuneConfig:
     return FinetuneConfig(**fields)
 
 
-#: Texts per encoder pass in a training step, shortest first (see :func:`~dgn.sentence.encoder.embed`).
+#: Texts per encoder pass in a training step, shortest first (see :func:`~dgn.features.sentence.embed`).
 TRAIN_BUCKET = 8
 #: AdamW's fused kernel (one pass over each parameter for the whole update, instead of
 #: about eight elementwise passes): the same update up to float rounding, about 6x faster
 #: on MiniLM's 22.7M parameters on the CPU (``benchmarks/finetune_speed.py --optimizer``). Used where the installed torch has it for the
 #: parameters' device (CPU since torch 2.4); the per-tensor loop otherwise.
 FUSED_ADAMW = True
-_HEAD_CONFIG = "selector.json"
 _HEAD_WEIGHTS = "head.safetensors"
 _FACILITY_KEY = "facility.raw_weights"
 _ENCODER_DIR = "encoder"
@@ -578,11 +578,10 @@ class EndToEndSelector(nn.Module):
         ``(B, N, E + D)``, the bonus ``(B, N)`` (the modular term less each candidate's
         facility penalty ``w * sum_u cos+(u, v)``) and the valid mask."""
         assert self.dgn is not None and self.facility is not None
-        X, valid = self.dgn._inputs(X, mask)
-        w = self.facility.weights(X)
+        w = self.facility.weights(next(self.dgn.parameters()))  # in the head's dtype and device
         # in the sum the SCMM counts at w[0] (learned): a coverage penalty is taken off at it too,
         # so that the first layer stays the modular term
-        H, beta = self.dgn._encode_and_score(X, valid, penalty_weight=w[0])
+        H, beta, valid = self.dgn.encode_and_score(X, mask, penalty_weight=w[0])
         S = nn.functional.normalize(sentences.to(H.dtype), dim=-1) * valid.unsqueeze(-1).to(H.dtype)
         fl = self.facility.parts[1]
         single = fl.gains(S, fl.init_state(S, valid))  # (B, N): sum_u cos+(u, v)
@@ -701,7 +700,6 @@ class EndToEndSelector(nn.Module):
 
     def _load_head_state(self, state: dict[str, Tensor], source: Path) -> None:
         """Load what :meth:`_head_state` wrote (``source``: the file, for error messages)."""
-        from dgn.model import load_weights
 
         state = dict(state)
         if self.facility is not None:
@@ -736,7 +734,7 @@ class EndToEndSelector(nn.Module):
             "extra": self.extra if extra is None else extra,
         }
         tensors = self._head_state()
-        with atomic_write(path / _HEAD_CONFIG) as fh:
+        with atomic_write(path / END_TO_END_CONFIG) as fh:
             fh.write(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         with atomic_write(path / _HEAD_WEIGHTS, "wb") as fh:
             fh.write(save(tensors, metadata={"format": "pt"}))
@@ -758,7 +756,7 @@ class EndToEndSelector(nn.Module):
         from dgn.errors import one_line
 
         path = Path(directory)
-        config_path = path / _HEAD_CONFIG
+        config_path = path / END_TO_END_CONFIG
         if not config_path.is_file():
             raise DgnUserError(f"{config_path}: not found (is {path} an end-to-end dgn model?)")
         try:
@@ -1507,11 +1505,6 @@ def train_end_to_end(
             json.dump(json_ready(history), fh, indent=2, sort_keys=True, allow_nan=False)
             fh.write("\n")
     return result
-
-
-def is_end_to_end_model(directory: str | os.PathLike[str]) -> bool:
-    """Whether ``directory`` holds a model written by :meth:`EndToEndSelector.save_pretrained`."""
-    return (Path(directory) / _HEAD_CONFIG).is_file()
 
 
 class EndToEndFeatures:
