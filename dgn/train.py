@@ -10,25 +10,34 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 
 from dgn._choices import MODEL_TYPES, one_of
-from dgn._memory import retain_freed_memory
 from dgn._paths import model_directory, one_train_file, resumed_run_files, train_file_list
-from dgn._progress import bars
 from dgn.baselines import EncoderScorer
-from dgn.errors import DgnUserError, one_line
+from dgn.errors import DgnUserError
 from dgn.losses import layerwise_cross_entropy, soft_label_cross_entropy
 from dgn.model import DGN
 from dgn.pipeline import Batch, SelectionDataset
+from dgn.training import (
+    END_TO_END_KIND,
+    STATE_NAME,
+    Task,
+    TrainResult,
+    check_save_every,
+    clip_gradients,
+    fit,
+    load_training_state,
+    usable_problems,
+    write_history,
+    write_training_state,
+)
 
 __all__ = [
     "TrainConfig",
@@ -51,12 +60,6 @@ __all__ = [
 
 #: Training losses (what each means for the DGN and for the encoder scorers: :func:`training_loss`).
 LOSSES = ("layerwise", "sparse_ce", "soft_label", "approx_ndcg")
-#: File name of the training state :func:`train_model` writes after every epoch.
-STATE_NAME = "training_state.pt"
-_STATE_FORMAT = "dgn-training-state"
-_STATE_VERSION = 1
-#: ``model_kind`` of the training state :func:`dgn.sentence.finetune` writes (an end-to-end run).
-END_TO_END_KIND = "end-to-end"
 #: TrainConfig fields a resumed run may change (they only decide when to stop).
 RESUMABLE_CHANGES = ("epochs", "patience", "compile")
 #: The DGNConfig fields an encoder scorer reads (:func:`train_from_files`).
@@ -95,6 +98,8 @@ class TrainConfig:
             Evaluation always sees every candidate. 64 leaves FM2 (at most 12) untouched
             and bounds a WiCE batch (up to 1,131 candidates) at 64 columns.
         eval_ks: Cutoffs of the dev recall that selects the best epoch (their mean).
+        max_grad_norm: Clip the gradients' total 2-norm at this before each step
+            (:func:`dgn.training.clip_gradients`; the end-to-end model clips at 1).
         compile: Run a DGN's greedy layers as compiled code while training
             (``GreedyLayer.compile``; the model's own setting is restored afterwards):
             the relaxed layers in the hand-written kernel of ``SCMM("sqrt")`` with the
@@ -124,6 +129,7 @@ class TrainConfig:
     ndcg_temperature: float = 1.0
     ndcg_k: int | None = None
     compile: bool = False
+    max_grad_norm: float = 5.0
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size"):
@@ -132,6 +138,9 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"TrainConfig.lr must be a positive number, got {self.lr!r}")
+        if isinstance(self.max_grad_norm, bool) or not isinstance(self.max_grad_norm, (int, float)) \
+                or not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0):
+            raise ValueError(f"TrainConfig.max_grad_norm must be a finite number > 0, got {self.max_grad_norm!r}")
         if not isinstance(self.compile, bool):
             raise ValueError(f"TrainConfig.compile must be True or False, got {self.compile!r}")
         if self.loss not in LOSSES:
@@ -154,20 +163,6 @@ class TrainConfig:
         if self.ndcg_k is not None and (isinstance(self.ndcg_k, bool) or not isinstance(self.ndcg_k, int)
                                         or self.ndcg_k <= 0):
             raise ValueError(f"TrainConfig.ndcg_k must be a positive integer or None, got {self.ndcg_k!r}")
-
-
-@dataclass
-class TrainResult:
-    """What a training run did: per-epoch history, the best epoch and its dev scores."""
-
-    best_epoch: int
-    best_score: float
-    best_metrics: dict[str, float]
-    history: list[dict[str, Any]] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 Model = DGN | EncoderScorer
@@ -347,44 +342,6 @@ def make_optimizer(model: Model, config: TrainConfig) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay, fused=fused or None)
 
 
-def clip_gradients(parameters: torch.Tensor | Iterable[torch.Tensor], max_norm: float) -> float:
-    """Scale the gradients so that their total 2-norm is at most ``max_norm``; return the
-    norm before. The gradients come out as ``torch.nn.utils.clip_grad_norm_`` leaves them,
-    bit for bit, without its passes when they are within the bound (its factor is then
-    exactly 1).
-
-    Float32 CPU gradients are first measured in one C pass (:func:`dgn._kernels.sum_squares`,
-    summed in double). Where that norm is below ``max_norm`` by more than PyTorch's float32
-    norm can be off by in any order of summation (``n + k + 6`` units of float32 rounding,
-    ``n`` the largest gradient's size and ``k`` their number: 0.5% for a 300 x 300 weight),
-    nothing is scaled and that norm is returned: it equals ``clip_grad_norm_``'s up to float
-    rounding. Otherwise (near or above the bound, NaN, inf or squares beyond float range,
-    other dtypes or devices, no kernel) PyTorch measures the norm, whose value is then
-    returned bit for bit, and scales; torch before 2.6, which lacks the two halves of
-    ``clip_grad_norm_``, runs it whole."""
-    if isinstance(parameters, torch.Tensor):
-        parameters = [parameters]
-    params = [p for p in parameters if p.grad is not None]
-    if not params:
-        return 0.0
-    from dgn import _kernels
-
-    grads = [p.grad for p in params]
-    squares = _kernels.sum_squares(grads)
-    if squares is not None and squares <= 1e38:  # False for NaN; torch's float32 sum cannot overflow
-        norm = math.sqrt(squares)
-        slack = (max(g.numel() for g in grads) + len(grads) + 6) * 2.0**-24
-        if norm * (1 + slack) * (1 + 1e-4) + 1e-6 <= max_norm:
-            return norm
-    if not hasattr(nn.utils, "get_total_norm"):
-        return float(nn.utils.clip_grad_norm_(params, max_norm))
-    total = nn.utils.get_total_norm(grads)
-    factor = float(max_norm / (total + 1e-6))  # as clip_grads_with_norm_ computes it, before its clamp at 1
-    if not factor >= 1.0:  # below 1, or NaN
-        nn.utils.clip_grads_with_norm_(params, max_norm, total)
-    return float(total)
-
-
 @contextlib.contextmanager
 def _compiled_layers(model: Model, on: bool) -> Iterator[None]:
     """Set a DGN's ``greedy.compile`` and its encoder's ``fused`` for the duration
@@ -403,6 +360,61 @@ def _compiled_layers(model: Model, on: bool) -> Iterator[None]:
             setattr(part, flag, value)
 
 
+class FrozenFeatureTask(Task):
+    """A DGN or an encoder scorer on frozen features, as :func:`dgn.training.fit` trains it.
+
+    A step's loss is :func:`training_loss` on a padded batch of the problems (each cut to
+    ``config.max_candidates``); the dev metrics are :func:`evaluate_model`'s (every
+    process ranks the whole dev set); ``config.compile`` holds for the run and
+    ``config.tau_decay`` anneals the DGN's temperature epoch by epoch.
+    """
+
+    resumable = RESUMABLE_CHANGES
+    #: Fields newer than some saved states, with the value those runs had in effect.
+    recorded_before = {"max_grad_norm": 5.0}
+
+    def __init__(self, model: Model, train: SelectionDataset, dev: SelectionDataset | None,
+                 config: TrainConfig) -> None:
+        self.model, self.train, self.dev, self.config = model, train, dev, config
+        self.kind = _model_kind(model)[0]
+        self.batch_size = config.batch_size
+        self.problems = usable_problems([info.gold for info in train.infos])
+        self.num_problems = len(self.problems)
+        self.pos_weight = config.pos_weight if config.pos_weight is not None else _pos_weight(train)
+        self.base_tau = model.config.tau if isinstance(model, DGN) else None
+
+    def settings(self) -> dict[str, Any]:
+        kind, settings = _model_kind(self.model)
+        if isinstance(self.model, DGN):  # the run's temperature, not this epoch's annealed one
+            settings = replace(self.model.config, tau=self.base_tau).to_dict()
+        return settings
+
+    def optimizer(self, total_steps: int) -> tuple[torch.optim.Optimizer, None]:
+        return make_optimizer(self.model, self.config), None
+
+    def loss(self, problems: Sequence[int]) -> torch.Tensor:
+        batch = self.train.batch([self.problems[i] for i in problems], truncate=True)
+        return training_loss(self.model, batch, self.config, self.pos_weight)
+
+    def dev_metrics(self, progress: bool) -> dict[str, float] | None:
+        return None if self.dev is None else evaluate_model(self.model, self.dev, self.config.eval_ks)
+
+    def run(self) -> contextlib.AbstractContextManager[Any]:
+        return _compiled_layers(self.model, self.config.compile)
+
+    @contextlib.contextmanager
+    def epoch(self, epoch: int) -> Iterator[None]:
+        if not isinstance(self.model, DGN) or self.config.tau_decay == 1.0:
+            yield
+            return
+        assert self.base_tau is not None
+        _set_tau(self.model, self.base_tau * self.config.tau_decay ** (epoch - 1))
+        try:
+            yield
+        finally:
+            _set_tau(self.model, self.base_tau)
+
+
 def train_model(
     model: Model,
     train: SelectionDataset,
@@ -410,12 +422,18 @@ def train_model(
     config: TrainConfig,
     *,
     on_best: Callable[[Model, int, dict[str, float]], None] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
     progress: bool = True,
     state_path: str | os.PathLike[str] | None = None,
     resume: bool = False,
+    save_every: int | None = None,
     extra_state: dict[str, Any] | None = None,
 ) -> TrainResult:
     """Train ``model`` with Adam; keep the epoch with the best mean dev recall.
+
+    :func:`dgn.training.fit` on a :class:`FrozenFeatureTask`; see there for ``on_best``,
+    ``on_step``, ``progress``, ``state_path``, ``resume`` (``config`` may then differ from
+    the saved run's only in :data:`RESUMABLE_CHANGES`), ``save_every`` and ``extra_state``.
 
     Args:
         model: A :class:`~dgn.model.DGN` or :class:`~dgn.baselines.EncoderScorer`. It
@@ -424,151 +442,17 @@ def train_model(
         train: Training problems (problems without gold are skipped).
         dev: Problems for model selection; None keeps the last epoch.
         config: Optimisation settings.
-        on_best: Called with ``(model, epoch, dev_metrics)`` whenever the dev score
-            improves (e.g. to save a checkpoint); the model's best weights are also
-            restored at the end.
-        progress: Show tqdm progress bars.
-        state_path: After every epoch, write the whole training state here (model,
-            optimizer, RNG states, epoch, early-stopping state, history), atomically.
-        resume: Continue from the state in ``state_path`` instead of starting afresh.
-            With the same data and config the run ends with exactly the parameters and
-            metrics of an uninterrupted one (on CPU). ``config`` may differ from the
-            saved run only in ``epochs``, ``patience`` and ``compile``.
-        extra_state: JSON-like values stored in the state (e.g. featurizer settings),
-            read back with :func:`load_training_state`.
 
     Returns:
-        A :class:`TrainResult`.
-
-    On Linux (glibc) the first call raises malloc's mmap and trim thresholds for the
-    process, so that memory freed by one step is reused by the next instead of returned to
-    the system and faulted in again (1 to 2 ms of a 15 ms step at the shape of
-    ``benchmarks/train_speed.py``); ``DGN_RETAIN_MEMORY=0`` in the environment turns this off.
+        A :class:`~dgn.training.TrainResult`.
 
     Raises:
         DgnUserError: ``resume`` without a readable state, or a state from another
             model or config.
     """
-    retain_freed_memory()  # no page faults on every step's fresh tensors (dgn._memory)
-    with _compiled_layers(model, config.compile):
-        from tqdm.auto import tqdm
-
-        from dgn.distributed import all_reduce_sum, average_gradients, barrier, is_main
-        from dgn.distributed import world_size as _world_size
-
-        world, main_process = _world_size(), is_main()
-        torch.manual_seed(config.seed)
-        generator = torch.Generator().manual_seed(config.seed)
-        optimizer = make_optimizer(model, config)
-        pos_weight = config.pos_weight if config.pos_weight is not None else _pos_weight(train)
-        base_tau = model.config.tau if isinstance(model, DGN) else None
-        result = TrainResult(best_epoch=-1, best_score=-math.inf, best_metrics={})
-        best_state: dict[str, torch.Tensor] | None = None
-        stale = 0
-        first_epoch, seconds_before = 1, 0.0
-        if resume:
-            if state_path is None:
-                raise ValueError("resume=True needs a state_path")
-            saved = load_training_state(state_path)
-            _check_resumable(saved, model, config, state_path)
-            model.load_state_dict(saved["model"])
-            optimizer.load_state_dict(saved["optimizer"])
-            torch.set_rng_state(saved["torch_rng"])
-            generator.set_state(saved["generator"])
-            if saved.get("cuda_rng") is not None and torch.cuda.is_available():
-                torch.cuda.set_rng_state_all(saved["cuda_rng"])
-            result = TrainResult(
-                best_epoch=saved["best_epoch"],
-                best_score=saved["best_score"],
-                best_metrics=dict(saved["best_metrics"]),
-                history=list(saved["history"]),
-            )
-            best_state, stale = saved["best_state"], saved["stale"]
-            first_epoch, seconds_before = saved["epoch"] + 1, saved["seconds"]
-        start = time.perf_counter()
-        n_batches = math.ceil(sum(1 for i in train.infos if any(i.gold)) / config.batch_size)
-        for epoch in range(first_epoch, config.epochs + 1):
-            if dev is not None and config.patience and stale >= config.patience:
-                break
-            if isinstance(model, DGN) and base_tau is not None and config.tau_decay != 1.0:
-                _set_tau(model, base_tau * config.tau_decay ** (epoch - 1))
-            model.train()
-            total, count = 0.0, 0
-            if world > 1:
-                batches: Any = _local_batches(train, config.batch_size, generator)
-            else:
-                batches = ((b, len(b.index)) for b in train.batches(
-                    config.batch_size, shuffle=True, generator=generator, truncate=True, only_with_gold=True))
-            bar = tqdm(batches, total=n_batches, desc=f"epoch {epoch}/{config.epochs}",
-                       disable=not bars(progress), leave=False)
-            for batch, global_n in bar:
-                optimizer.zero_grad()
-                if batch is None:  # this rank's slice of a short last batch is empty
-                    loss = sum(p.sum() for p in model.parameters()) * 0.0
-                    n_local = 0
-                else:
-                    n_local = len(batch.index)
-                    loss = training_loss(model, batch, config, pos_weight)
-                # each slice's mean, weighted by its share: the summed gradients are the batch mean's
-                (loss * (n_local / global_n)).backward()
-                if world > 1:
-                    average_gradients(model.parameters())
-                clip_gradients(model.parameters(), 5.0)
-                optimizer.step()
-                total += float(loss.detach()) * n_local
-                count += n_local
-                bar.set_postfix(loss=f"{total / max(1, count):.4f}")
-            if world > 1:
-                total, count = all_reduce_sum([total, float(count)])
-            record: dict[str, Any] = {"epoch": epoch, "train_loss": total / max(1, count)}
-            if dev is not None:
-                metrics = evaluate_model(model, dev, config.eval_ks)
-                score = sum(metrics[f"recall@{k}"] for k in config.eval_ks) / len(config.eval_ks)
-                record.update({"dev_score": score, **{f"dev_{k}": v for k, v in metrics.items()}})
-                if score > result.best_score + 1e-9:
-                    result.best_score, result.best_epoch, result.best_metrics = score, epoch, metrics
-                    best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                    stale = 0
-                    if on_best is not None and main_process:
-                        on_best(model, epoch, metrics)
-                else:
-                    stale += 1
-            result.history.append(record)
-            if state_path is not None and main_process:
-                if isinstance(model, DGN) and base_tau is not None:
-                    _set_tau(model, base_tau)
-                _save_training_state(
-                    state_path, model, optimizer, generator, config, result, best_state, stale, epoch,
-                    seconds_before + time.perf_counter() - start, extra_state,
-                )
-            barrier()  # rank 0 has written this epoch's state before anyone goes on
-            if progress and main_process:
-                msg = f"epoch {epoch}: train loss {record['train_loss']:.4f}"
-                if dev is not None:
-                    msg += f", dev mean recall {record['dev_score']:.4f}" + (" *" if stale == 0 else "")
-                tqdm.write(msg)
-        if best_state is not None:
-            model.load_state_dict(best_state)
-        else:
-            result.best_epoch = len(result.history)
-            if on_best is not None and main_process:
-                on_best(model, result.best_epoch, {})
-        barrier()
-        if isinstance(model, DGN) and base_tau is not None:
-            _set_tau(model, base_tau)
-        model.eval()
-        result.seconds = seconds_before + time.perf_counter() - start
-        return result
-
-
-def _local_batches(train: SelectionDataset, batch_size: int, generator: torch.Generator) -> Any:
-    """This rank's contiguous slice of every global batch (the order of
-    ``train.batches(shuffle=True, only_with_gold=True)``), with the global batch's size."""
-    from dgn.distributed import local_slice
-
-    for chunk in train.batch_indices(batch_size, shuffle=True, generator=generator, only_with_gold=True):
-        local = chunk[local_slice(len(chunk))]
-        yield (train.batch(local, truncate=True) if local else None), len(chunk)
+    task = FrozenFeatureTask(model, train, dev, config)
+    return fit(task, on_best=on_best, on_step=on_step, progress=progress, state_path=state_path, resume=resume,
+               save_every=save_every, extra_state=extra_state)
 
 
 def _model_kind(model: Model) -> tuple[str, dict[str, Any]]:
@@ -577,106 +461,7 @@ def _model_kind(model: Model) -> tuple[str, dict[str, Any]]:
     return type(model).__name__, dict(getattr(model, "config", {}))
 
 
-def _save_training_state(
-    path: str | os.PathLike[str],
-    model: Model,
-    optimizer: torch.optim.Optimizer,
-    generator: torch.Generator,
-    config: TrainConfig,
-    result: TrainResult,
-    best_state: dict[str, torch.Tensor] | None,
-    stale: int,
-    epoch: int,
-    seconds: float,
-    extra: dict[str, Any] | None,
-) -> None:
-    """Write everything :func:`train_model` needs to continue, in one atomic file."""
-    kind, model_config = _model_kind(model)
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    state = {
-        "model_kind": kind,
-        "model_config": model_config,
-        "train_config": asdict(config),
-        "epoch": epoch,
-        "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-        "optimizer": optimizer.state_dict(),
-        "torch_rng": torch.get_rng_state(),
-        "cuda_rng": cuda_rng,
-        "generator": generator.get_state(),
-        "best_epoch": result.best_epoch,
-        "best_score": result.best_score,
-        "best_metrics": dict(result.best_metrics),
-        "history": list(result.history),
-        "best_state": best_state,
-        "stale": stale,
-        "seconds": seconds,
-        "extra": extra or {},
-    }
-    write_training_state(path, state)
-
-
-def write_training_state(path: str | os.PathLike[str], state: dict[str, Any]) -> None:
-    """Write a training state (tensors, numbers, strings, lists and dicts of them) that
-    :func:`load_training_state` reads back, atomically: a temporary file in the same
-    directory, renamed over ``path`` once complete, so a run killed while writing leaves
-    the previous state. What :func:`train_model` and :func:`dgn.sentence.finetune` save."""
-    import io
-
-    from dgn.data.io import atomic_write
-
-    buffer = io.BytesIO()
-    torch.save({"format": _STATE_FORMAT, "format_version": _STATE_VERSION, **state}, buffer)
-    with atomic_write(path, "wb") as fh:
-        fh.write(buffer.getbuffer())
-
-
-def load_training_state(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a training state written by :func:`train_model` (``state_path``).
-
-    Raises:
-        DgnUserError: The file is missing, unreadable or not a dgn training state.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise DgnUserError(f"{p}: no training state to resume from")
-    try:
-        state = torch.load(p, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means an unusable file
-        raise DgnUserError(f"{p}: cannot read the training state: {one_line(exc)[:200]}") from None
-    if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
-        raise DgnUserError(f"{p}: field 'format': not a dgn training state")
-    if state.get("format_version") != _STATE_VERSION:
-        raise DgnUserError(
-            f"{p}: field 'format_version': training state format {state.get('format_version')!r} "
-            f"is not supported (this version reads {_STATE_VERSION})"
-        )
-    return state
-
-
-def _check_resumable(saved: dict[str, Any], model: Model, config: TrainConfig, path: str | os.PathLike[str]) -> None:
-    kind, model_config = _model_kind(model)
-    if saved["model_kind"] != kind:
-        raise DgnUserError(f"{path}: field 'model_kind': the saved run trained a {saved['model_kind']}, not a {kind}")
-    for name, value in model_config.items():
-        if saved["model_config"].get(name) != value:
-            raise DgnUserError(
-                f"{path}: field 'model_config.{name}': the saved run used {saved['model_config'].get(name)!r}, "
-                f"this one {value!r}"
-            )
-    now = asdict(config)
-    for name, value in now.items():
-        before = saved["train_config"].get(name)
-        before, value = (tuple(v) if isinstance(v, list) else v for v in (before, value))
-        if name not in RESUMABLE_CHANGES and before != value:
-            raise DgnUserError(
-                f"{path}: field 'train_config.{name}': the saved run used {before!r}, this one {value!r} "
-                f"(only {' and '.join(RESUMABLE_CHANGES)} may change on resume)"
-            )
-
-
 def _set_tau(model: DGN, tau: float) -> None:
-    from dataclasses import replace
-
     model.config = replace(model.config, tau=tau)
 
 
@@ -738,6 +523,7 @@ def train_from_files(
     candidate_stage: Any = None,
     fasttext_options: Mapping[str, Any] | None = None,
     resume_settings: Mapping[str, Any] | None = None,
+    save_every: int | None = None,
     progress: bool = True,
 ) -> tuple[TrainResult, dict[str, Any]]:
     """Train a DGN (or an encoder scorer) on selection JSONL files and save the best epoch.
@@ -776,6 +562,8 @@ def train_from_files(
             :func:`read_run_settings` returns for it. The run's model, features, vectors and
             candidate stage are kept (giving other ones is an error), and the training and
             dev files must be the ones it trained on (their SHA-256 is checked).
+        save_every: Also save the training state every this many optimiser steps within
+            an epoch (None: after every epoch only).
         progress: Print what is done and show progress bars (rank 0 only under torchrun).
 
     Returns:
@@ -787,12 +575,10 @@ def train_from_files(
             evidence or a dev set without it, or, when resuming, settings or files other
             than the run's.
     """
-    import json
     from dataclasses import replace
 
     from dgn import distributed
-    from dgn.data import atomic_write, read_problems
-    from dgn.data.io import json_ready
+    from dgn.data import read_problems
     from dgn.features.cache import file_sha256
     from dgn.features.family import default_feature_names, parse_feature_names
     from dgn.model import DGNConfig
@@ -800,6 +586,7 @@ def train_from_files(
 
     world = distributed.world_size() if distributed.process_group() else 1
     progress = progress and distributed.is_main()
+    check_save_every(save_every)
     model_options = dict(model_options or {})
     if features is not None:
         features = parse_feature_names(features if isinstance(features, str) else ",".join(features))
@@ -945,21 +732,11 @@ def train_from_files(
     }
     result = train_model(
         model, train_data, dev_data, config, on_best=save, progress=progress,
-        state_path=out / STATE_NAME, resume=saved is not None, extra_state=inputs,
+        state_path=out / STATE_NAME, resume=saved is not None, save_every=save_every, extra_state=inputs,
     )
-    history = {
-        **result.to_dict(),
-        "model_type": model_type,
-        "model_config": model_config.to_dict() if model_type == "dgn" else dict(model.config),
-        "train_config": asdict(config),
-        "train": inputs["train"],
-        "dev": inputs["dev"],
-        "vectors": None if vectors is None else str(Path(vectors).resolve()),
-        "features": list(featurizer.features),
-        "world_size": world,
-    }
-    if distributed.is_main():  # rank 0 writes the history
-        with atomic_write(out / "train_history.json") as fh:
-            json.dump(json_ready(history), fh, indent=2, sort_keys=True, allow_nan=False)
-            fh.write("\n")
+    history = write_history(
+        out, result, train_config=config, train=inputs["train"], dev=inputs["dev"], model_type=model_type,
+        model_config=model_config.to_dict() if model_type == "dgn" else dict(model.config),
+        vectors=None if vectors is None else str(Path(vectors).resolve()), features=list(featurizer.features),
+    )
     return result, history

@@ -10,7 +10,6 @@ writes by default; :func:`finetune_end_to_end`, the loss reaching the transforme
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -83,11 +82,10 @@ def finetune_checkpoint(
             settings, a train file without gold, a state that does not fit on resume, or an
             option the checkpoint's kind does not use.
     """
-    from dgn.data import atomic_write
-    from dgn.data.io import json_ready
     from dgn.model import DGN, load_model
     from dgn.pipeline import Featurizer, SelectionDataset
     from dgn.train import STATE_NAME, TrainConfig, train_model
+    from dgn.training import write_history
 
     source, out = Path(model_name_or_path), Path(output_dir)
     if loss not in CARD_LOSSES:
@@ -175,17 +173,8 @@ def finetune_checkpoint(
         state_path=out / STATE_NAME, resume=resume,
         extra_state={"featurizer": featurizer.settings(), "finetuned_from": str(source.resolve())},
     )
-    history = {
-        **result.to_dict(),
-        "train_config": asdict(config),
-        "finetuned_from": str(source.resolve()),
-        "train": str(Path(train).resolve()),
-        "dev": None if dev is None else str(Path(dev).resolve()),
-        "loss": loss,
-    }
-    with atomic_write(out / "train_history.json") as fh:
-        json.dump(json_ready(history), fh, indent=2, sort_keys=True, allow_nan=False)
-        fh.write("\n")
+    write_history(out, result, train_config=config, train=train, dev=dev, finetuned_from=str(source.resolve()),
+                  loss=loss, model_type="dgn" if isinstance(model, DGN) else "encoder")
     return result
 
 
@@ -239,12 +228,11 @@ def finetune_end_to_end(
             full included, comes before anything is written.
         DataError: A malformed problem (file, line and field).
     """
-    import resource
 
     from dgn._paths import require_file
-    from dgn.data import atomic_write, read_problems
-    from dgn.data.io import json_ready
+    from dgn.data import read_problems
     from dgn.sentence.finetune import EndToEndSelector, config_from_record, finetune
+    from dgn.training import END_TO_END_KIND, write_history
 
     source, out = Path(model_name_or_path), Path(output_dir)
     if loss not in _END_TO_END_DENSE:
@@ -307,8 +295,5 @@ def finetune_end_to_end(
         m.save_pretrained(out, extra={**inputs, "epoch": epoch, "dev_metrics": metrics})
 
     result = finetune(model, train_problems, dev_problems, config, on_best=save, progress=progress)
-    history = {**result.to_dict(), **inputs, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    with atomic_write(out / "train_history.json") as fh:
-        json.dump(json_ready(history), fh, indent=2, sort_keys=True, allow_nan=False)
-        fh.write("\n")
+    write_history(out, result, train_config=config, **inputs, model_type=END_TO_END_KIND)
     return result

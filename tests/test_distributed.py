@@ -77,6 +77,39 @@ def test_two_processes_train_what_one_trains_and_resume(tmp_path: Path) -> None:
         np.testing.assert_array_equal(c[key], b[key], err_msg=key)
 
 
+@pytest.mark.skipif(not Path(TORCHRUN).exists(), reason="torchrun not installed")
+def test_two_processes_resume_exactly_with_dropout(tmp_path: Path) -> None:
+    """Each process keeps its own random state in the training state: under torchrun a DGN
+    with dropout (each process draws its own masks) stopped after 2 epochs and resumed to 3
+    ends with the weights of the 3-epoch run. With rank 0's random state restored on both
+    processes (as before every rank's was saved) it would not."""
+    from dgn.data import Problem, write_problems
+    from dgn.training import load_training_state
+
+    rng = np.random.default_rng(1)
+    words = "river town flood old year rain bridge storm water street".split()
+    problems = [Problem(f"c{i}", " ".join(rng.choice(words, 4)),
+                        [" ".join(rng.choice(words, 5)) for _ in range(int(rng.integers(5, 12)))],
+                        [[int(rng.integers(5))]]) for i in range(40)]
+    write_problems(tmp_path / "train.jsonl", problems)
+    # no dev set: the model saved is the last epoch's (not a best epoch the resumed one may not touch)
+    base = [str(a) for a in ["train", "--train", tmp_path / "train.jsonl", "--features", "lexical",
+                             "--batch-size", "8", "--seed", "3", "--dropout", "0.3", "--quiet"]]
+    cache = tmp_path / "cache"
+    part = _run([*base, "--epochs", "2", "--output", str(tmp_path / "part")], cache, torchrun=True)
+    assert part.returncode == 0, part.stderr
+    state = load_training_state(tmp_path / "part" / "training_state.pt")
+    assert state["epoch"] == 2 and state["world_size"] == 2 and len(state["rng"]) == 2
+    assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])
+    resumed = _run(["train", "--resume", str(tmp_path / "part"), "--epochs", "3", "--quiet"], cache, torchrun=True)
+    assert resumed.returncode == 0, resumed.stderr
+    longer = _run([*base, "--epochs", "3", "--output", str(tmp_path / "longer")], cache, torchrun=True)
+    assert longer.returncode == 0, longer.stderr
+    a, b = _weights(tmp_path / "part"), _weights(tmp_path / "longer")
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
 # ---------------------------------------------------------------- end-to-end training
 
 

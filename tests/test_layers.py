@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("dgn._kernels",),
     ("dgn.greedy", "dgn.encoder"),
     ("dgn.layer", "dgn.losses"),
+    ("dgn.training",),
     ("dgn.checkpoint",),
     ("dgn.baselines",),
     ("dgn.model",),

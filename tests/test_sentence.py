@@ -424,10 +424,10 @@ def test_train_end_to_end_joins_several_files_and_checks_its_arguments_first(tmp
     """Two training files give the run on one file holding both (same seed, same weights);
     a missing file, a bad head, an output path that is a file, a dev file without gold and
     an id in two training files fail before anything is written."""
+    from dgn.checkpoint import END_TO_END_CONFIG as _HEAD_CONFIG
     from dgn.data import write_problems
     from dgn.errors import DataError
     from dgn.sentence import train_end_to_end
-    from dgn.sentence.finetune import _HEAD_CONFIG
 
     first, second, both = tmp_path / "first.jsonl", tmp_path / "second.jsonl", tmp_path / "both.jsonl"
     write_problems(first, PROBLEMS[:2])
@@ -474,8 +474,12 @@ def test_a_record_without_the_newer_fields_reads_back_as_the_run_that_made_it() 
     different run."""
     from dataclasses import asdict, replace
 
-    from dgn.sentence.finetune import _check_resumable, _model_settings, config_from_record
-    from dgn.train import END_TO_END_KIND
+    from dgn.sentence.finetune import RECORDED_BEFORE, _model_settings, config_from_record
+    from dgn.training import END_TO_END_KIND, check_resumable
+
+    def _check_resumable(saved, model, cfg, path):
+        check_resumable(saved, path, kind=END_TO_END_KIND, model_config=_model_settings(model), train_config=cfg,
+                        recorded_before=RECORDED_BEFORE)
 
     old = asdict(FinetuneConfig(encoder_lr=2e-5, first_layer_weight=0.0, encoder_grad_scale=1.0, seed=3))
     for name in ("first_layer_weight", "encoder_grad_scale"):

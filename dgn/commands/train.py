@@ -67,7 +67,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
             "--vectors, or without the extra) the DGN trains on frozen feature blocks: the "
             "checkpoint of the epoch with the best mean dev recall@{1,3,5,7} is written to "
             "--output with the featurizer settings, so `dgn predict` featurizes exactly as "
-            "training did. Either way, after every epoch (end to end also every --save-every steps) "
+            "training did. Either way, after every epoch (and every --save-every steps) "
             "the whole training state is saved to OUTPUT/training_state.pt, so an interrupted run "
             "continues with --resume OUTPUT. Under torchrun every process runs this command and "
             "the global batch is split across them; rank 0 writes. "
@@ -139,7 +139,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
                    help="end to end: problems per optimiser step (default 1); under torchrun the global batch, "
                    "split into one contiguous slice per process, so it must be at least the number of processes")
     p.add_argument("--save-every", type=pos_int, default=None, metavar="STEPS",
-                   help="end to end: also save the training state (OUTPUT/training_state.pt) every STEPS optimiser "
+                   help="also save the training state (OUTPUT/training_state.pt) every STEPS optimiser "
                    "steps within an epoch (default: after every epoch only), so that --resume loses at most "
                    "STEPS steps of a long epoch")
     p.add_argument("--device", default=None,
@@ -285,7 +285,7 @@ def _train(args: argparse.Namespace) -> int:
     if args.finetune_encoder or end_to_end_default:
         return _finetune(args, model_over, train_over, ft_over)
     end_to_end_only = [o for o, v in (("--encoder-lr", args.encoder_lr), ("--claims-per-step", args.claims_per_step),
-                                      ("--save-every", args.save_every), ("--facility", args.facility),
+                                      ("--facility", args.facility),
                                       ("--freeze-layers", args.freeze_layers),
                                       ("--grad-candidates", args.grad_candidates),
                                       ("--encoder-dropout", args.encoder_dropout),
@@ -295,7 +295,7 @@ def _train(args: argparse.Namespace) -> int:
                        if v is not None]
     if end_to_end_only:
         raise DgnUserError(f"{', '.join(end_to_end_only)}: only used by end-to-end training (--finetune-encoder); "
-                           "on frozen features the global batch is --batch-size and the state is saved every epoch")
+                           "on frozen features the global batch is --batch-size")
     if args.device is not None and args.device != "cpu":
         raise DgnUserError(f"--device {args.device}: training on frozen features runs on the CPU; "
                            "--device is for end-to-end training")
@@ -332,7 +332,8 @@ def _train(args: argparse.Namespace) -> int:
         model_type=args.model_type, model_options=model_over, config=config,
         features=None if args.features is None else parse_feature_names(args.features),
         vectors=args.vectors, encoder_model=args.encoder_model, cache_dir=args.cache_dir,
-        candidate_stage=stage, fasttext_options=ft_over, resume_settings=saved, progress=not args.quiet,
+        candidate_stage=stage, fasttext_options=ft_over, resume_settings=saved, save_every=args.save_every,
+        progress=not args.quiet,
     )
     if not distributed.is_main():
         return 0  # rank 0 reports
@@ -349,7 +350,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 #: TrainConfig options that --finetune-encoder reads, and the FinetuneConfig field each sets.
-_FINETUNE_FIELDS = {"epochs": "epochs", "lr": "head_lr", "weight_decay": "weight_decay", "seed": "seed", "loss": "loss"}
+_FINETUNE_FIELDS = {"epochs": "epochs", "lr": "head_lr", "weight_decay": "weight_decay", "seed": "seed", "loss": "loss",
+                    "patience": "patience"}
 #: FinetuneConfig field -> the option that sets it.
 _FINETUNE_OPTIONS = {
     **{field: TRAIN_OPTIONS[name] for name, field in _FINETUNE_FIELDS.items()},

@@ -33,7 +33,6 @@ import contextlib
 import json
 import math
 import os
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -60,7 +59,15 @@ from dgn.features.sentence import (
 from dgn.layer import GreedyLayer
 from dgn.model import DGN, DGNConfig, DGNOutput
 from dgn.objectives import FacilityLocation, SumObjective
-from dgn.train import TrainResult
+from dgn.training import (
+    END_TO_END_KIND,
+    Task,
+    TrainResult,
+    check_global_batch,
+    check_save_every,
+    fit,
+    usable_problems,
+)
 
 __all__ = [
     "HEADS",
@@ -107,7 +114,8 @@ DEFAULT_INIT = "ranker"
 
 #: The values of :class:`FinetuneConfig` fields that a run recorded before the field existed
 #: had in effect (a record without them is read with these, not with today's defaults).
-RECORDED_BEFORE: dict[str, Any] = {"first_layer_weight": 0.0, "encoder_grad_scale": 1.0, "encoder_dropout": None}
+RECORDED_BEFORE: dict[str, Any] = {"first_layer_weight": 0.0, "encoder_grad_scale": 1.0, "encoder_dropout": None,
+                                   "patience": 0, "max_grad_norm": 1.0}
 
 
 def default_init(head: str) -> str:
@@ -226,6 +234,10 @@ class FinetuneConfig:
             MiniLM). 0 trains without dropout, which makes a step cheaper on the CPU
             (no random masks, and the fused attention kernel); see docs/benchmarks.md.
             The saved model's config keeps the model's own values.
+        patience: Stop after this many epochs without a better dev score (0, the
+            default: never; the learning rate decays to 0 over ``epochs`` either way).
+        max_grad_norm: Clip the gradients' total 2-norm at this before each step
+            (:func:`dgn.training.clip_gradients`; frozen-feature training clips at 5).
     """
 
     epochs: int = 1
@@ -247,6 +259,8 @@ class FinetuneConfig:
     grad_candidates: int | None = None
     encoder_grad_scale: float = 0.0
     encoder_dropout: float | None = None
+    patience: int = 0
+    max_grad_norm: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("epochs", "claims_per_step"):
@@ -288,6 +302,12 @@ class FinetuneConfig:
         d = self.encoder_dropout
         if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1):
             raise ValueError(f"FinetuneConfig.encoder_dropout must be a number in [0, 1) or None, got {d!r}")
+        n = self.patience
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"FinetuneConfig.patience must be an integer >= 0, got {n!r}")
+        c = self.max_grad_norm
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not (math.isfinite(c) and c > 0):
+            raise ValueError(f"FinetuneConfig.max_grad_norm must be a finite number > 0, got {c!r}")
         g = self.encoder_grad_scale
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g <= 1:
             raise ValueError(f"FinetuneConfig.encoder_grad_scale must be a number in [0, 1], got {g!r}")
@@ -301,11 +321,9 @@ class FinetuneConfig:
                              "graded loss reaches it in full)")
 
 
-@dataclass
-class FinetuneResult(TrainResult):
-    """:class:`dgn.train.TrainResult` and the training time per epoch (without the dev evaluation)."""
-
-    seconds_per_epoch: float = 0.0
+#: What :func:`finetune` returns: :class:`dgn.training.TrainResult` (with ``seconds_per_epoch``,
+#: the training time per epoch without the dev evaluation). The old name, kept.
+FinetuneResult = TrainResult
 
 
 def _default_dgn_config(dim: int, init: str = "cosine", extra: int = 0) -> DGNConfig:
@@ -1009,15 +1027,6 @@ def _with_gradients(query: str, candidates: Sequence[str], gold: Sequence[bool],
     return wants
 
 
-def _check_global_batch(claims_per_step: int, world: int) -> None:
-    """Every process needs a problem of each full global batch (a short last one may leave some idle)."""
-    if claims_per_step < world:
-        raise DgnUserError(
-            f"--claims-per-step {claims_per_step}: the global batch is smaller than the {world} processes "
-            f"(each takes a slice of it); give at least {world}"
-        )
-
-
 def _check_facility(facility: Any, head: str) -> None:
     if facility is None:
         return
@@ -1028,11 +1037,6 @@ def _check_facility(facility: Any, head: str) -> None:
                            "the listwise head has no greedy steps")
 
 
-def _check_save_every(save_every: int | None) -> None:
-    if save_every is not None and (isinstance(save_every, bool) or not isinstance(save_every, int) or save_every <= 0):
-        raise DgnUserError(f"--save-every must be a positive integer (optimiser steps), got {save_every!r}")
-
-
 def _model_settings(model: EndToEndSelector) -> dict[str, Any]:
     """What makes two selectors the same model (a resumed run's must match the saved one's)."""
     return {
@@ -1040,30 +1044,6 @@ def _model_settings(model: EndToEndSelector) -> dict[str, Any]:
         "facility": model.facility is not None,
         "dgn_config": None if model.dgn is None else model.dgn.config.to_dict(),
     }
-
-
-def _rng_state(device: torch.device) -> dict[str, Tensor | None]:
-    """This process's random state (dropout): the CPU generator's and, on CUDA, its GPU's."""
-    return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
-
-
-def _check_resumable(saved: dict[str, Any], model: EndToEndSelector, cfg: FinetuneConfig, path: Any) -> None:
-    from dgn.train import END_TO_END_KIND
-
-    if saved.get("model_kind") != END_TO_END_KIND:
-        raise DgnUserError(f"{path}: field 'model_kind': the saved run trained a {saved.get('model_kind')}, "
-                           "not an end-to-end model")
-    defaults = {"model_config": {}, "train_config": {**asdict(FinetuneConfig()), **RECORDED_BEFORE}}  # fields newer than the state
-    for section, now in (("model_config", _model_settings(model)), ("train_config", asdict(cfg))):
-        for name, value in now.items():
-            before = saved[section].get(name, defaults[section].get(name))
-            before, value = (list(v) if isinstance(v, tuple) else v for v in (before, value))
-            if before != value:
-                raise DgnUserError(
-                    f"{path}: field '{section}.{name}': the saved run used {before!r}, this one {value!r} "
-                    "(an end-to-end run resumes with its own settings)"
-                )
 
 
 def _dev_rankings(model: EndToEndSelector, dev: Sequence[Any], cfg: FinetuneConfig, progress: bool) -> list[list[int]]:
@@ -1136,10 +1116,9 @@ def finetune(
             number of processes, ``resume`` from a state of another model or config,
             or ``config.freeze_layers`` more than the transformer has.
     """
-    cfg = config or FinetuneConfig()
-    with frozen_bottom(model, cfg.freeze_layers), transformer_dropout(model, cfg.encoder_dropout):
-        return _finetune(model, train, dev, cfg, on_best=on_best, on_step=on_step, progress=progress,
-                         state_path=state_path, resume=resume, save_every=save_every, extra_state=extra_state)
+    task = EndToEndTask(model, train, dev, config or FinetuneConfig())
+    return fit(task, on_best=on_best, on_step=on_step, progress=progress, state_path=state_path, resume=resume,
+               save_every=save_every, extra_state=extra_state)
 
 
 def bottom_modules(model: EndToEndSelector, layers: int) -> list[nn.Module]:
@@ -1194,160 +1173,53 @@ def transformer_dropout(model: EndToEndSelector, p: float | None) -> Iterator[in
             m.p = q
 
 
-def _finetune(
-    model: EndToEndSelector,
-    train: Sequence[Any],
-    dev: Sequence[Any] | None,
-    cfg: FinetuneConfig,
-    *,
-    on_best: Callable[[EndToEndSelector, int, dict[str, float]], None] | None,
-    on_step: Callable[[int, int], None] | None,
-    progress: bool,
-    state_path: str | os.PathLike[str] | None,
-    resume: bool,
-    save_every: int | None,
-    extra_state: dict[str, Any] | None,
-) -> FinetuneResult:
-    """:func:`finetune`'s run, with ``cfg.freeze_layers`` already frozen."""
-    from tqdm.auto import tqdm
+class EndToEndTask(Task):
+    """An :class:`EndToEndSelector` and its problems, as :func:`dgn.training.fit` trains it.
 
-    from dgn import distributed
-    from dgn._memory import retain_freed_memory
-    from dgn._progress import bars
-    from dgn.metrics import evaluate_rankings
-    from dgn.train import END_TO_END_KIND, load_training_state, write_training_state
+    A step's loss is the head's on the problems (each cut to ``config.top_l``, gold
+    kept); AdamW trains the transformer at ``encoder_lr`` and the head at ``head_lr``
+    under a linear warm-up and decay; the dev metrics come from ranking the dev problems
+    (in slices under torchrun, gathered); ``freeze_layers`` and ``encoder_dropout`` hold
+    for the run.
+    """
 
-    retain_freed_memory()  # as dgn.train.train_model: no page faults on every step's tensors
-    world, main = distributed.world_size(), distributed.is_main()
-    _check_global_batch(cfg.claims_per_step, world)
-    _check_save_every(save_every)
-    if resume and state_path is None:
-        raise ValueError("resume=True needs a state_path")
-    progress = progress and main
-    device = model.device
-    torch.manual_seed(cfg.seed)
-    generator = torch.Generator().manual_seed(cfg.seed)
-    usable = [p for p in train if any(p.gold)]
-    if not usable:
-        raise DgnUserError("no training problem has gold evidence; nothing to train on")
-    steps_per_epoch = math.ceil(len(usable) / cfg.claims_per_step)
-    optimizer, schedule = _optimizer(model, cfg, steps_per_epoch * cfg.epochs)
-    result = FinetuneResult(best_epoch=-1, best_score=-math.inf, best_metrics={})
-    best_state: dict[str, Tensor] | None = None
-    done, first_step, partial = 0, 0, (0.0, 0)  # epochs completed; steps of the next one; its loss sum, count
-    seconds_before = train_seconds = 0.0
-    if resume:
-        assert state_path is not None
-        saved = load_training_state(state_path)
-        _check_resumable(saved, model, cfg, state_path)
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        schedule.load_state_dict(saved["schedule"])
-        rngs = saved["rng"]  # one per process of the saved run
-        rng = rngs[distributed.rank()] if len(rngs) == world else rngs[0]
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] is not None and device.type == "cuda":
-            torch.cuda.set_rng_state(rng["cuda"], device)
-        generator.set_state(saved["generator"])  # as before the shuffle of the epoch in progress
-        result = FinetuneResult(best_epoch=saved["best_epoch"], best_score=saved["best_score"],
-                                best_metrics=dict(saved["best_metrics"]), history=list(saved["history"]))
-        best_state = saved["best_state"]
-        done, first_step = saved["epoch"], saved["step"]
-        partial = tuple(saved["epoch_loss"]) if main else (0.0, 0)  # summed over processes: rank 0 carries it
-        seconds_before, train_seconds = saved["seconds"], saved["train_seconds"]
-    start = time.perf_counter()
+    kind = END_TO_END_KIND
+    recorded_before = RECORDED_BEFORE
+    batch_option = "--claims-per-step"
 
-    def save_state(epoch: int, step: int, shuffle: Tensor, loss: tuple[float, float], spent: float) -> None:
-        """The state after ``step`` steps of epoch ``epoch + 1`` (``shuffle``: the generator before its shuffle)."""
-        rngs = distributed.all_gather_objects(_rng_state(device))
-        loss_sum = distributed.all_reduce_sum([loss[0], float(loss[1])])
-        if not main:
-            return
-        assert state_path is not None
-        write_training_state(state_path, {
-            "model_kind": END_TO_END_KIND,
-            "model_config": _model_settings(model),
-            "train_config": asdict(cfg),
-            "epoch": epoch,
-            "step": step,
-            "generator": shuffle,
-            "epoch_loss": [loss_sum[0], int(loss_sum[1])],
-            "model": {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
-            "optimizer": optimizer.state_dict(),
-            "schedule": schedule.state_dict(),
-            "rng": rngs,
-            "world_size": world,
-            "best_epoch": result.best_epoch,
-            "best_score": result.best_score,
-            "best_metrics": dict(result.best_metrics),
-            "history": list(result.history),
-            "best_state": best_state,
-            "seconds": seconds_before + time.perf_counter() - start,
-            "train_seconds": spent,
-            "extra": extra_state or {},
-        })
+    def __init__(self, model: EndToEndSelector, train: Sequence[Any], dev: Sequence[Any] | None,
+                 config: FinetuneConfig) -> None:
+        self.model, self.dev, self.config = model, dev, config
+        self.problems = [train[i] for i in usable_problems([p.gold for p in train])]
+        self.num_problems = len(self.problems)
+        self.batch_size = config.claims_per_step
 
-    for epoch in range(done + 1, cfg.epochs + 1):
-        epoch_start = time.perf_counter()
-        model.train()
-        shuffle = generator.get_state()
-        order = torch.randperm(len(usable), generator=generator).tolist()
-        first = first_step if epoch == done + 1 else 0
-        total, count = partial if first else (0.0, 0)
-        bar = tqdm(range(first, steps_per_epoch), initial=first, total=steps_per_epoch,
-                   desc=f"epoch {epoch}/{cfg.epochs}", disable=not bars(progress), leave=False)
-        for step in bar:
-            chunk = order[step * cfg.claims_per_step : (step + 1) * cfg.claims_per_step]
-            local = chunk[distributed.local_slice(len(chunk))]  # this process's slice of the global batch
-            optimizer.zero_grad()
-            if local:  # (a short last batch may leave a process without problems)
-                loss = _batch_loss(model, [usable[i] for i in local], cfg)
-                # each slice's mean, weighted by its share: the summed gradients are the batch mean's
-                (loss * (len(local) / len(chunk))).backward()
-                total += float(loss.detach()) * len(local)
-                count += len(local)
-            distributed.average_gradients(model.parameters())
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            schedule.step()
-            bar.set_postfix(loss=f"{total / max(1, count):.4f}")
-            if state_path is not None and save_every and (step + 1) % save_every == 0 and step + 1 < steps_per_epoch:
-                save_state(epoch - 1, step + 1, shuffle, (total, count),
-                           train_seconds + time.perf_counter() - epoch_start)
-            if on_step is not None:
-                on_step(epoch, step + 1)
-        train_seconds += time.perf_counter() - epoch_start
-        total, count = distributed.all_reduce_sum([total, float(count)])
-        record: dict[str, Any] = {"epoch": epoch, "train_loss": total / max(1, count)}
-        if dev is not None:
-            metrics = evaluate_rankings(_dev_rankings(model, dev, cfg, progress), [p.gold for p in dev], ks=cfg.eval_ks)
-            score = sum(metrics[f"recall@{k}"] for k in cfg.eval_ks) / len(cfg.eval_ks)
-            record.update({"dev_score": score})
-            if score > result.best_score + 1e-9:
-                result.best_score, result.best_epoch, result.best_metrics = score, epoch, metrics
-                if cfg.epochs > 1:
-                    best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-                if on_best is not None and main:
-                    on_best(model, epoch, metrics)
-        result.history.append(record)
-        if state_path is not None:
-            save_state(epoch, 0, generator.get_state(), (0.0, 0), train_seconds)
-        if progress:
-            msg = f"epoch {epoch}: train loss {record['train_loss']:.4f}"
-            if dev is not None:
-                msg += f", dev mean recall {record['dev_score']:.4f}"
-            tqdm.write(msg)
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    if result.best_epoch < 0:
-        result.best_epoch = cfg.epochs
-        if on_best is not None and main:
-            on_best(model, result.best_epoch, {})
-    distributed.barrier()  # rank 0 has written its files before any process returns
-    result.seconds = seconds_before + time.perf_counter() - start
-    result.seconds_per_epoch = train_seconds / cfg.epochs
-    model.eval()
-    return result
+    def settings(self) -> dict[str, Any]:
+        return _model_settings(self.model)
+
+    def optimizer(self, total_steps: int) -> tuple[torch.optim.Optimizer, Any]:
+        return _optimizer(self.model, self.config, total_steps)
+
+    def loss(self, problems: Sequence[int]) -> Tensor:
+        return _batch_loss(self.model, [self.problems[i] for i in problems], self.config)
+
+    def dev_metrics(self, progress: bool) -> dict[str, float] | None:
+        from dgn.metrics import evaluate_rankings
+
+        if self.dev is None:
+            return None
+        rankings = _dev_rankings(self.model, self.dev, self.config, progress)
+        return evaluate_rankings(rankings, [p.gold for p in self.dev], ks=self.config.eval_ks)
+
+    @contextlib.contextmanager
+    def run(self) -> Iterator[None]:
+        with frozen_bottom(self.model, self.config.freeze_layers), \
+                transformer_dropout(self.model, self.config.encoder_dropout):
+            yield
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
 
 
 def train_end_to_end(
@@ -1402,14 +1274,12 @@ def train_end_to_end(
 
     Every check, the files read in full included, comes before anything is written.
     """
-    import resource
 
     from dgn import distributed
     from dgn._paths import resumed_run_files
-    from dgn.data import atomic_write, join_problem_files, read_problems
-    from dgn.data.io import json_ready
+    from dgn.data import join_problem_files, read_problems
     from dgn.features.cache import file_sha256
-    from dgn.train import END_TO_END_KIND, STATE_NAME
+    from dgn.training import STATE_NAME, write_history
 
     world = distributed.world_size() if distributed.process_group(device) else 1
     where = distributed.resolve_device(device)
@@ -1461,8 +1331,8 @@ def train_end_to_end(
     init = init or default_init(head)
     resolve_model_path(encoder_model)
     cfg = config or FinetuneConfig()
-    _check_global_batch(cfg.claims_per_step, world)
-    _check_save_every(save_every)
+    check_global_batch(cfg.claims_per_step, world, "--claims-per-step")
+    check_save_every(save_every)
     train_problems = list(join_problem_files(train_files))
     dev_problems = None if dev is None else list(read_problems(dev))
     if dev_problems is not None and not any(any(p.gold) for p in dev_problems):
@@ -1498,12 +1368,7 @@ def train_end_to_end(
         model, train_problems, dev_problems, cfg, on_best=save, on_step=on_step, progress=progress,
         state_path=out / STATE_NAME, resume=saved is not None, save_every=save_every, extra_state={**inputs, **files},
     )
-    history = {**result.to_dict(), **inputs, "device": str(where),
-               "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    if main:
-        with atomic_write(out / "train_history.json") as fh:
-            json.dump(json_ready(history), fh, indent=2, sort_keys=True, allow_nan=False)
-            fh.write("\n")
+    write_history(out, result, train_config=cfg, **inputs, model_type=END_TO_END_KIND, device=str(where))
     return result
 
 
