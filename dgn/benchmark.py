@@ -753,7 +753,8 @@ def _run_split(
     from dgn.data import read_problems
     from dgn.model import DGN
     from dgn.pipeline import Featurizer, SelectionDataset
-    from dgn.train import TrainConfig, rank, train_model
+    from dgn.ranking import rank
+    from dgn.train import TrainConfig, train_model
 
     available = None
     if s.max_train is not None:

@@ -133,10 +133,10 @@ def predict_dataset(
     model: DGN, data: SelectionDataset, k: int, batch_size: int = 64
 ) -> Iterator[Prediction]:
     """Stream one :class:`~dgn.data.Prediction` per problem: the first ``k`` greedy picks
-    of :func:`dgn.train.rank` with their marginal gains as scores (for an encoder scorer:
-    its ``k`` best candidates with their logits), from :func:`dgn.train.ranked`."""
+    of :func:`dgn.ranking.rank` with their marginal gains as scores (for an encoder scorer:
+    its ``k`` best candidates with their logits), from :func:`dgn.ranking.ranked`."""
     from dgn.data import Prediction
-    from dgn.train import ranked
+    from dgn.ranking import ranked
 
     for i, picks, scores in ranked(model, data, k, batch_size, forward=_forward):
         yield Prediction(data.infos[i].id, picks, scores)

@@ -314,7 +314,7 @@ class FrozenFeatureSelector(Selector):
     Each claim is cut by the candidate stage first (if there is one), its features built by
     the featurizer the checkpoint records (:meth:`dgn.pipeline.Featurizer.problem_features`,
     standardised with the training statistics) and the model run on padded batches by
-    :func:`dgn.train.rank_batch`, which ``dgn predict`` runs too: a DGN's picks are exact
+    :func:`dgn.ranking.rank_batch`, which ``dgn predict`` runs too: a DGN's picks are exact
     hard greedy on its learned objective (``gains``: marginal gains), an encoder scorer's
     its top ``k`` by logit (``gains``: the logits). Picks are indices into the candidates
     as given.
@@ -389,7 +389,7 @@ class FrozenFeatureSelector(Selector):
         self, queries: list[str], candidate_lists: list[list[str]], k: int, batch_size: int
     ) -> list[tuple[list[int], list[float]]]:
         from dgn.pipeline import pad_features
-        from dgn.train import rank_batch
+        from dgn.ranking import rank_batch
 
         out: list[tuple[list[int], list[float]]] = []
         problems = _problems(queries, candidate_lists)

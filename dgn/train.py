@@ -1,8 +1,11 @@
-"""Training and ranking loops for the DGN and the Encoder/DeepEncoder baselines.
+"""Training the DGN and the Encoder/DeepEncoder baselines on frozen features.
 
-The loop is the paper's (Powers et al., 2018, sec. 4): Adam, the layer-wise cross
-entropy through the relaxed greedy layers for the DGN, weighted binary cross entropy for
-the encoder baselines; model selection by recall on a dev set (early stopping).
+The task is the paper's (Powers et al., 2018, sec. 4): Adam, the layer-wise cross entropy
+through the relaxed greedy layers for the DGN, weighted binary cross entropy for the
+encoder baselines, model selection by recall on a dev set (early stopping). It runs in the
+library's one training loop (:func:`dgn.training.fit`) as a :class:`FrozenFeatureTask`;
+:func:`train_from_files` is what ``dgn train`` runs on feature blocks. Ranking with a
+trained model is :mod:`dgn.ranking`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dgn.errors import DgnUserError
 from dgn.losses import layerwise_cross_entropy, soft_label_cross_entropy
 from dgn.model import DGN
 from dgn.pipeline import Batch, SelectionDataset
+from dgn.ranking import Model, evaluate_model, rank, rank_batch, ranked
 from dgn.training import (
     END_TO_END_KIND,
     STATE_NAME,
@@ -40,6 +44,7 @@ from dgn.training import (
 )
 
 __all__ = [
+    "FrozenFeatureTask",
     "TrainConfig",
     "TrainResult",
     "train_model",
@@ -165,7 +170,6 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.ndcg_k must be a positive integer or None, got {self.ndcg_k!r}")
 
 
-Model = DGN | EncoderScorer
 
 
 def _pos_weight(data: SelectionDataset) -> float:
@@ -241,94 +245,6 @@ def training_loss(model: Model, batch: Batch, config: TrainConfig, pos_weight: f
     if config.sparse_weight:
         loss = loss + config.sparse_weight * one("sparse_ce")
     return loss
-
-
-@torch.no_grad()
-def rank(model: Model, data: SelectionDataset, k: int, batch_size: int = 64) -> list[list[int]]:
-    """The first ``k`` picks of ``model`` for every problem of ``data`` (file order).
-
-    The DGN runs exact hard greedy on its learned objective (``eval()`` mode); the encoder
-    scorers rank by score. Problems with fewer than ``k`` candidates get shorter lists.
-    """
-    return [picks for _, picks, _ in ranked(model, data, k, batch_size)]
-
-
-def ranked(
-    model: Model,
-    data: SelectionDataset,
-    k: int,
-    batch_size: int = 64,
-    forward: Callable[[DGN, torch.Tensor, torch.Tensor, int], Any] | None = None,
-) -> Iterator[tuple[int, list[int], list[float]]]:
-    """Stream :func:`rank`'s picks with their scores: ``(i, picks, scores)`` for the ``i``-th
-    problem of ``data``, in file order. A DGN's scores are the picks' marginal gains; an
-    encoder scorer's, their logits. Each batch is ranked by :func:`rank_batch`, which
-    ``forward`` is passed to."""
-    for batch in data.batches(batch_size):
-        for i, (picks, scores) in zip(batch.index.tolist(), rank_batch(model, batch.features, batch.mask, k, forward),
-                                      strict=True):
-            yield i, picks, scores
-
-
-def rank_batch(
-    model: Model,
-    features: torch.Tensor,
-    mask: torch.Tensor,
-    k: int,
-    forward: Callable[[DGN, torch.Tensor, torch.Tensor, int], Any] | None = None,
-) -> list[tuple[list[int], list[float]]]:
-    """The first ``k`` picks of each problem of one padded batch, with their scores.
-
-    A DGN runs exact hard greedy on its learned objective (``eval()`` mode), and its scores
-    are the picks' marginal gains; an encoder scorer ranks by logit (ties: the lower index
-    first), and its scores are those logits. A problem with fewer than ``k`` candidates
-    gets a shorter list. The model is put in ``eval()`` mode for the call, without
-    gradients, and the batch moved to its device.
-
-    Args:
-        model: A DGN or an encoder scorer.
-        features: ``(B, N, F)`` standardised features, zero on padding.
-        mask: ``(B, N)`` bool, True for real candidates.
-        k: Picks per problem.
-        forward: ``forward(model, features, mask, k)`` replaces the DGN's call
-            ``model(features, mask, steps=k)`` (:func:`dgn.predict.predict_dataset` turns a
-            compiled kernel's build failure into a user error there).
-
-    Returns:
-        One ``(picks, scores)`` pair per problem.
-    """
-    was_training = model.training
-    model.eval()
-    param = next(model.parameters(), None)
-    if param is not None and features.device != param.device:
-        features, mask = features.to(param.device), mask.to(param.device)
-    out: list[tuple[list[int], list[float]]] = []
-    try:
-        with torch.no_grad():
-            if isinstance(model, DGN):
-                result = forward(model, features, mask, k) if forward else model(features, mask, steps=k)
-                picks, scores = result.indices, result.gains
-            else:
-                logits = model(features, mask).logits
-                kk = min(k, logits.shape[1])
-                # stable descending sort: ties keep the lower index first
-                order = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :kk]
-                picks = torch.where(mask.gather(1, order), order, torch.full_like(order, -1))
-                scores = logits.gather(1, order)
-            for row, values in zip(picks.tolist(), scores.tolist(), strict=True):
-                keep = [j for j, pick in enumerate(row) if pick >= 0]  # -1: no candidate left
-                out.append(([row[j] for j in keep], [float(values[j]) for j in keep]))
-    finally:
-        model.train(was_training)
-    return out
-
-
-def evaluate_model(model: Model, data: SelectionDataset, ks: tuple[int, ...] = (1, 3, 5, 7)) -> dict[str, float]:
-    """Recall, precision, F1 and strict accuracy at ``ks`` on ``data``."""
-    from dgn.metrics import evaluate_rankings
-
-    rankings = rank(model, data, max(ks))
-    return evaluate_rankings(rankings, [info.gold for info in data.infos], ks=ks)
 
 
 def make_optimizer(model: Model, config: TrainConfig) -> torch.optim.Adam:

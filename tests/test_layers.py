@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("dgn.baselines",),
     ("dgn.model",),
     ("dgn.pipeline",),
+    ("dgn.ranking",),
     ("dgn.train",),
     ("dgn.sentence",),
     ("dgn.tune", "dgn.explain"),

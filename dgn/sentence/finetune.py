@@ -75,6 +75,7 @@ __all__ = [
     "FinetuneResult",
     "EndToEndSelector",
     "EndToEndFeatures",
+    "EndToEndTask",
     "cut_candidates",
     "finetune",
     "is_end_to_end_model",
