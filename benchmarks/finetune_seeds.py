@@ -107,7 +107,7 @@ def main() -> None:
     from dgn.features.lexical import LEXICAL_FEATURES
     from dgn.metrics import evaluate_rankings
     from dgn.sentence import (
-        EndToEndSelector,
+        EndToEndModel,
         finetune,
         load_sentence_model,
         rank_problems,
@@ -166,7 +166,7 @@ def main() -> None:
                         config = replace(config, tau=args.tau)
                     if args.coverage_weight is not None:
                         config = replace(config, init_weight=args.coverage_weight)
-                model = EndToEndSelector(encoder, head, config, init=args.init, lexical=args.lexical,
+                model = EndToEndModel(encoder, head, config, init=args.init, lexical=args.lexical,
                                          facility=args.facility if head == "dgn" else None)
                 ft = FinetuneConfig(seed=seed, loss=loss, epochs=args.epochs, top_l=args.top_l,
                                     freeze_layers=args.freeze_layers, grad_candidates=args.grad_candidates,

@@ -80,9 +80,9 @@ def _problems(dataset: str, data_dir: str, work: Path) -> tuple[list, list]:
 
 def _default_model():
     """The DGN head ``dgn train`` trains: its default start and facility-location term."""
-    from dgn.sentence import EndToEndSelector, default_facility, default_init, load_sentence_model
+    from dgn.sentence import EndToEndModel, default_facility, default_init, load_sentence_model
 
-    return EndToEndSelector(load_sentence_model(), "dgn", init=default_init("dgn"), facility=default_facility("dgn"))
+    return EndToEndModel(load_sentence_model(), "dgn", init=default_init("dgn"), facility=default_facility("dgn"))
 
 
 def _config(variant: str):
@@ -263,11 +263,11 @@ def profile_block(problems: list, variant: str) -> None:
 
 def predict_speed(problems: list, model_dir: str | None, rounds: int) -> None:
     from dgn.metrics import evaluate_rankings
-    from dgn.sentence import EndToEndSelector, load_sentence_model, rank_problems
+    from dgn.sentence import EndToEndModel, load_sentence_model, rank_problems
 
     torch.manual_seed(0)
-    model = EndToEndSelector(load_sentence_model(), "listwise") if model_dir is None else \
-        EndToEndSelector.from_pretrained(model_dir)
+    model = EndToEndModel(load_sentence_model(), "listwise") if model_dir is None else \
+        EndToEndModel.from_pretrained(model_dir)
     top_l = model.top_l if model_dir is not None else 24
     quantized = copy.deepcopy(model)
     quantized.encoder = torch.ao.quantization.quantize_dynamic(quantized.encoder, {torch.nn.Linear}, dtype=torch.qint8)

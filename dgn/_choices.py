@@ -14,7 +14,7 @@ MODEL_TYPES: tuple[str, ...] = ("dgn", "encoder", "deep-encoder")
 CANDIDATE_FUSIONS: tuple[str, ...] = ("rrf", "combsum", "combmnz", "borda", "fg", "fv")
 #: When hard greedy uses the compiled SCMM kernel (:func:`dgn.predict.predict_file`).
 COMPILE_MODES: tuple[str, ...] = ("auto", "on", "off")
-#: How an end-to-end DGN head starts (:class:`dgn.sentence.EndToEndSelector`, ``dgn train --init``).
+#: How an end-to-end DGN head starts (:class:`dgn.sentence.EndToEndModel`, ``dgn train --init``).
 END_TO_END_INITS: tuple[str, ...] = ("cosine", "coverage", "diverse", "ranker")
 
 

@@ -868,7 +868,7 @@ def _run_split(
         if name not in s.models:
             continue
         from dgn.sentence import (
-            EndToEndSelector,
+            EndToEndModel,
             FinetuneConfig,
             default_facility,
             default_init,
@@ -880,7 +880,7 @@ def _run_split(
         rankings[name], seconds[name] = [], []
         for seed in s.end_to_end_seeds:
             torch.manual_seed(seed)
-            model = EndToEndSelector(load_sentence_model(s.encoder_model), head, lexical=lexical,
+            model = EndToEndModel(load_sentence_model(s.encoder_model), head, lexical=lexical,
                                      init=default_init(head), facility=default_facility(head))
             parameters[name] = model.num_parameters()
             if progress:

@@ -3,7 +3,7 @@
 A frozen-feature checkpoint (a :class:`~dgn.model.DGN` or a
 :class:`~dgn.baselines.EncoderScorer`) is ``config.json`` beside ``model.safetensors``,
 which carries a copy of the config in its metadata and is written last. A model trained end
-to end (:class:`~dgn.sentence.EndToEndSelector`) is a ``selector.json`` with its head's
+to end (:class:`~dgn.sentence.EndToEndModel`) is a ``selector.json`` with its head's
 weights and the fine-tuned encoder in a folder. This module knows the files of each kind
 and nothing of the models themselves, so every model module can use it and it imports none
 of them; :func:`dgn.load` reads any kind as a :class:`~dgn.selector.Selector`.
@@ -47,7 +47,7 @@ _META_KEY = "dgn"
 
 def is_end_to_end_model(directory: str | os.PathLike[str]) -> bool:
     """Whether ``directory`` holds a model trained end to end
-    (:meth:`dgn.sentence.EndToEndSelector.save_pretrained`)."""
+    (:meth:`dgn.sentence.EndToEndModel.save_pretrained`)."""
     return (Path(directory) / END_TO_END_CONFIG).is_file()
 
 

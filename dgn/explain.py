@@ -214,9 +214,9 @@ def load_explainable(
     from dgn.model import DGN, load_model
 
     if is_end_to_end_model(model_dir):
-        from dgn.sentence import EndToEndFeatures, EndToEndSelector
+        from dgn.sentence import EndToEndFeatures, EndToEndModel
 
-        selector = EndToEndSelector.from_pretrained(model_dir)
+        selector = EndToEndModel.from_pretrained(model_dir)
         if selector.dgn is None:
             raise DgnUserError(f"--model {model_dir}: trained end to end under a listwise head, not a DGN; "
                                "explain shows a DGN's greedy objective")

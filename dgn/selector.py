@@ -7,7 +7,7 @@ the ones ``dgn predict`` (:func:`dgn.predict.predict_file`) writes for the same 
 as indices into the candidates given:
 
 * :class:`EndToEndModelSelector`: a model trained end to end (``dgn train``'s default,
-  :class:`dgn.sentence.EndToEndSelector`), its fine-tuned sentence encoder under the DGN
+  :class:`dgn.sentence.EndToEndModel`), its fine-tuned sentence encoder under the DGN
   head (exact hard greedy on the learned objective) or the listwise head (top k by score),
   each problem first cut to the ``top_l`` BM25-best candidates it was trained with
   (:func:`dgn.sentence.cut_candidates`).
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from dgn.fusion.candidates import CandidateStage
     from dgn.pipeline import Featurizer
-    from dgn.sentence.finetune import EndToEndSelector
+    from dgn.sentence.finetune import EndToEndModel
 
 __all__ = ["load", "Selector", "TextSelection", "EndToEndModelSelector", "FrozenFeatureSelector", "GAIN_TYPES"]
 
@@ -248,7 +248,7 @@ class Selector(ABC):
 
 
 class EndToEndModelSelector(Selector):
-    """A :class:`Selector` over a model trained end to end (:class:`dgn.sentence.EndToEndSelector`).
+    """A :class:`Selector` over a model trained end to end (:class:`dgn.sentence.EndToEndModel`).
 
     The claim and its candidates are embedded by the model's fine-tuned encoder and its head
     picks: exact hard greedy on the DGN head's learned objective (``gains``: marginal
@@ -258,14 +258,14 @@ class EndToEndModelSelector(Selector):
     :func:`dgn.sentence.ranked_problems`, which ``dgn predict`` runs too.
 
     Args:
-        model: The model, e.g. ``EndToEndSelector.from_pretrained(path)``.
+        model: The model, e.g. ``EndToEndModel.from_pretrained(path)``.
         path: The directory it came from, if any.
 
     Attributes:
         top_l: The cut (None: every candidate): the model's own, ``model.top_l``.
     """
 
-    def __init__(self, model: EndToEndSelector, *, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, model: EndToEndModel, *, path: str | os.PathLike[str] | None = None) -> None:
         k = model.dgn.config.steps if model.dgn is not None else DEFAULT_K
         super().__init__(model.eval(), k=k, gain_type="gain" if model.dgn is not None else "score", path=path)
         self.top_l = model.top_l
@@ -278,14 +278,14 @@ class EndToEndModelSelector(Selector):
         *,
         vectors: str | os.PathLike[str] | None = None,
     ) -> EndToEndModelSelector:
-        """Load a model trained end to end (:meth:`dgn.sentence.EndToEndSelector.from_pretrained`).
+        """Load a model trained end to end (:meth:`dgn.sentence.EndToEndModel.from_pretrained`).
 
         Raises:
             DgnUserError: As :meth:`Selector.from_pretrained`, a frozen-feature checkpoint,
                 or ``vectors`` given (an end-to-end model reads no word vectors).
         """
         from dgn.checkpoint import is_end_to_end_model
-        from dgn.sentence.finetune import EndToEndSelector
+        from dgn.sentence.finetune import EndToEndModel
 
         directory = _model_directory(path)
         if not is_end_to_end_model(directory):
@@ -293,7 +293,7 @@ class EndToEndModelSelector(Selector):
                                "dgn.load(path) reads every kind")
         if vectors is not None:
             raise DgnUserError(f"vectors: the end-to-end model in {path} reads no word vectors")
-        return cls(EndToEndSelector.from_pretrained(directory, map_location), path=directory)
+        return cls(EndToEndModel.from_pretrained(directory, map_location), path=directory)
 
     def _rank(
         self, queries: list[str], candidate_lists: list[list[str]], k: int, batch_size: int

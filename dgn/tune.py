@@ -208,7 +208,7 @@ def finetune_end_to_end(
     end-to-end model that ``dgn predict``, ``dgn evaluate`` and ``dgn explain`` read.
 
     Args:
-        model_name_or_path: A directory written by :meth:`dgn.sentence.EndToEndSelector.save_pretrained`
+        model_name_or_path: A directory written by :meth:`dgn.sentence.EndToEndModel.save_pretrained`
             (``dgn train`` by default).
         train: Selection JSONL; each problem's ``relevance`` is the graded target (binary
             gold where it has none).
@@ -231,7 +231,7 @@ def finetune_end_to_end(
 
     from dgn._paths import require_file
     from dgn.data import read_problems
-    from dgn.sentence.finetune import EndToEndSelector, config_from_record, finetune
+    from dgn.sentence.finetune import EndToEndModel, config_from_record, finetune
     from dgn.training import END_TO_END_KIND, write_history
 
     source, out = Path(model_name_or_path), Path(output_dir)
@@ -244,7 +244,7 @@ def finetune_end_to_end(
         raise DgnUserError(f"--output_dir {out}: not a directory")
     if out.exists() and source.exists() and out.resolve() == source.resolve():
         raise DgnUserError(f"--output_dir {out}: the same directory as --model_name_or_path; choose another")
-    model = EndToEndSelector.from_pretrained(source)
+    model = EndToEndModel.from_pretrained(source)
     recorded = dict(model.extra.get("finetune_config") or {})
     fields: dict[str, Any] = {"dense_loss": _END_TO_END_DENSE[loss], "sparse_weight": float(sparse_weight)}
     if fields["dense_loss"] is not None:

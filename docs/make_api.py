@@ -31,7 +31,7 @@ SECTIONS = [
     ("", "dgn.features.family", ["FEATURE_BLOCKS", "default_feature_names", "parse_feature_names",
                                   "WordvecBlock", "LexicalBlock", "SentenceBlock"]),
     ("Sentence encoders (the `encoders` extra)", "dgn.sentence",
-     ["load_sentence_model", "resolve_model_path", "encode_texts", "pair_features", "EndToEndSelector",
+     ["load_sentence_model", "resolve_model_path", "encode_texts", "pair_features", "EndToEndModel",
       "FinetuneConfig", "FinetuneResult", "finetune", "rank_problems", "ranked_problems", "cut_candidates",
       "train_end_to_end"]),
     ("Pipeline and training", "dgn.pipeline", ["Featurizer", "SelectionDataset", "Batch", "pad_features",

@@ -241,3 +241,23 @@ def test_predict_file_writes_what_dgn_predict_writes(tmp_path: Path, capsys: pyt
         assert not bad.exists()
     with pytest.raises(DgnUserError, match="directory .*nowhere does not exist"):
         predict_file(tmp_path / "m", data, tmp_path / "nowhere" / "p.jsonl", progress=False)
+
+
+def test_cut_problem_is_the_one_cut_both_stages_use():
+    """A hand case: candidates 3 and 0 kept, gold 0 and 4 (4 kept too with keep_gold), the
+    relevance re-indexed; a Problem stays a Problem with the kept indices in its meta, and
+    any other problem-like object comes back as a namespace with the same fields."""
+    from types import SimpleNamespace
+
+    from dgn.data import Problem
+    from dgn.fusion.candidates import cut_problem
+
+    problem = Problem("p", "q", ["a", "b", "c", "d", "e"], [[0, 4], [2]], relevance=[2.0, 0.0, 1.0, 0.0, 1.0])
+    cut, keep = cut_problem(problem, [3, 0])
+    assert keep == [3, 0] and cut.candidates == ["d", "a"] and cut.gold == [[1]] and cut.relevance == [0.0, 2.0]
+    assert isinstance(cut, Problem) and cut.meta["candidate_index"] == [3, 0]
+    cut, keep = cut_problem(problem, [3, 0], keep_gold=True)
+    assert keep == [3, 0, 2, 4] and cut.gold == [[1, 3], [2]]
+    plain = SimpleNamespace(id="p", query="q", candidates=list("abcde"), gold=[[0, 4], [2]], relevance=None)
+    cut, keep = cut_problem(plain, [4, 1])
+    assert cut.candidates == ["e", "b"] and cut.gold == [[0]] and cut.relevance is None and keep == [4, 1]

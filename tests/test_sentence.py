@@ -179,7 +179,7 @@ def test_fused_adamw_takes_the_steps_of_the_per_tensor_loop(encoder, monkeypatch
     up to float rounding far below what the epoch moved them."""
     import importlib
 
-    ft = importlib.import_module("dgn.sentence.finetune")  # (dgn.sentence.finetune is also the function)
+    ft = importlib.import_module("dgn.sentence.training")
     torch.manual_seed(0)
     start = EndToEndSelector(load_sentence_model(), "dgn")
     assert ft._adamw([{"params": list(start.parameters())}], 0.01).defaults["fused"] is True

@@ -122,7 +122,7 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
                    "are faster, at a recall cost (default: all; docs/benchmarks.md measures N = 4 and 8)")
     p.add_argument("--init", choices=END_TO_END_INITS, default=None,
                    help="end to end: how the DGN head starts (default ranker, dgn.sentence.DEFAULT_INIT; "
-                   "dgn.sentence.EndToEndSelector). ranker holds the head's first layer to a cosine ranking through "
+                   "dgn.sentence.EndToEndModel). ranker holds the head's first layer to a cosine ranking through "
                    "training; with --encoder-grad-scale 0 --first-layer-weight 1 (the defaults) the first pick is "
                    "the fine-tuned ranker's and the greedy layers choose the rest (docs/benchmarks.md); cosine was "
                    "the default before")

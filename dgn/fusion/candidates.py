@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, is_dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,35 @@ def parse_rankers(text: str | Sequence[str]) -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise DgnUserError(f"--rankers {text!r}: a ranker is named twice")
     return tuple(names)
+
+
+def cut_problem(problem: Any, keep: Sequence[int], keep_gold: bool = False) -> tuple[Any, list[int]]:
+    """``problem`` reduced to the candidates ``keep`` (original indices, best first), and
+    the kept indices: what every candidate cut shares (:meth:`CandidateStage.cut`, the
+    end-to-end model's BM25 cut :func:`dgn.sentence.cut_candidates`).
+
+    ``cut.candidates[j] == problem.candidates[index[j]]``; gold sets and relevance are
+    re-indexed (gold items cut away are dropped, and emptied sets with them);
+    ``keep_gold`` appends every gold candidate beyond the cut. A :class:`~dgn.data.Problem`
+    comes back as one, with the kept indices in ``meta["candidate_index"]``; any other
+    object with ``id``, ``query``, ``candidates``, ``gold`` (and ``relevance``) as a
+    namespace of those.
+    """
+    keep = list(keep)
+    if keep_gold:
+        keep += sorted({v for g in problem.gold for v in g} - set(keep))
+    where = {v: j for j, v in enumerate(keep)}
+    gold = [g for g in (sorted(where[v] for v in group if v in where) for group in problem.gold) if g]
+    relevance = getattr(problem, "relevance", None)
+    relevance = None if relevance is None else [relevance[v] for v in keep]
+    candidates = [problem.candidates[v] for v in keep]
+    if is_dataclass(problem):
+        meta = {**(getattr(problem, "meta", None) or {}), "candidate_index": keep}
+        return replace(problem, candidates=candidates, gold=gold, relevance=relevance, meta=meta), keep
+    from types import SimpleNamespace
+
+    return SimpleNamespace(id=problem.id, query=problem.query, candidates=candidates, gold=gold,
+                           relevance=relevance), keep
 
 
 @dataclass
@@ -171,17 +200,7 @@ class CandidateStage:
         n = len(problem.candidates)
         if n <= self.top_l:
             return problem, list(range(n))
-        keep = self.order(problem.query, problem.candidates)[: self.top_l]
-        if keep_gold:
-            keep += sorted({v for g in problem.gold for v in g} - set(keep))
-        where = {v: j for j, v in enumerate(keep)}
-        gold = [sorted(where[v] for v in g if v in where) for g in problem.gold]
-        relevance = None if problem.relevance is None else [problem.relevance[v] for v in keep]
-        meta = {**(problem.meta or {}), "candidate_index": keep}
-        return replace(
-            problem, candidates=[problem.candidates[v] for v in keep], gold=[g for g in gold if g],
-            relevance=relevance, meta=meta,
-        ), keep
+        return cut_problem(problem, self.order(problem.query, problem.candidates)[: self.top_l], keep_gold)
 
     def cut_file(
         self, source: str | os.PathLike[str], target: str | os.PathLike[str], *, keep_gold: bool = False,

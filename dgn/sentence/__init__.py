@@ -8,13 +8,14 @@ sentence-transformers only when a model is loaded.
 * :func:`load_sentence_model` - resolve a name or path to a local model and load it.
 * :func:`encode_texts` - batched, no-grad embeddings with a progress bar.
 * :func:`pair_features` - ``[q * s, |q - s|, cos(q, s)]`` per candidate.
-* :class:`EndToEndSelector` - the encoder under a DGN (greedy layers, layer-wise loss)
+* :class:`EndToEndModel` - the encoder under a DGN (greedy layers, layer-wise loss)
   or under a listwise scorer (the fine-tuned-encoder baseline), trained end to end by
   :func:`finetune`.
 """
 
 from __future__ import annotations
 
+from dgn.checkpoint import is_end_to_end_model
 from dgn.features.sentence import (
     DEFAULT_MODEL,
     encode_texts,
@@ -22,24 +23,23 @@ from dgn.features.sentence import (
     pair_features,
     resolve_model_path,
 )
-from dgn.sentence.finetune import (
+from dgn.sentence.config import (
     DEFAULT_FACILITY,
     DEFAULT_INIT,
     HEADS,
-    EndToEndFeatures,
-    EndToEndSelector,
-    EndToEndTask,
     FinetuneConfig,
     FinetuneResult,
-    cut_candidates,
     default_facility,
     default_init,
-    finetune,
-    is_end_to_end_model,
-    rank_problems,
-    ranked_problems,
-    train_end_to_end,
 )
+from dgn.sentence.explain import EndToEndFeatures
+
+# The old module first: loading it later would set the package's ``finetune`` to the module,
+# over the function imported below.
+from dgn.sentence.finetune import LOSSES  # noqa: F401, I001
+from dgn.sentence.model import EndToEndModel, EndToEndSelector
+from dgn.sentence.predict import cut_candidates, rank_problems, ranked_problems
+from dgn.sentence.training import EndToEndTask, finetune, train_end_to_end
 
 __all__ = [
     "DEFAULT_FACILITY",
@@ -47,6 +47,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "HEADS",
     "EndToEndFeatures",
+    "EndToEndModel",
     "EndToEndSelector",
     "EndToEndTask",
     "cut_candidates",
