@@ -1,7 +1,7 @@
 """The package's layers: every import (at the top of a module or inside a function) goes to
 the same layer or one below, and no modules import each other in a circle.
 
-The layers, lowest first, are the map a contributor reads the code by (docs/dgn.md):
+The layers, lowest first, are the map a contributor reads the code by (docs/architecture.md):
 foundations, data, metrics, features, fusion, the greedy core, checkpoints, the models,
 training, the end-to-end model, and the workflows and commands on top.
 """
