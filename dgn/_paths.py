@@ -53,6 +53,20 @@ def train_file_list(
     return train_files
 
 
+def require_output_dir(path: str | os.PathLike[str] | None, option: str) -> None:
+    """A directory that exists or can be created (``None``: nothing to check)."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise DgnUserError(f"{option} {path}: not a directory")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise DgnUserError(f"{option} {path}: {parent} is not a directory")
+            break
+
+
 def model_directory(output: str | os.PathLike[str]) -> Path:
     """``output``, created if need be (a one-line user error where it cannot be)."""
     out = Path(output)

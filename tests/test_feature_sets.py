@@ -264,15 +264,13 @@ def test_train_with_the_facility_term_then_predict_and_explain(files):
 def test_end_to_end_is_the_default_only_without_frozen_feature_options(monkeypatch):
     """--features, --vectors and --resume name frozen-feature training; without the
     'encoders' extra there is no encoder to fine-tune."""
-    import argparse
-
-    from dgn.commands import train as train_command
+    from dgn import trainer as train_command
+    from dgn.trainer import TrainRequest
 
     monkeypatch.setattr("dgn.features.family.encoders_available", lambda: True)
 
     def ns(**given):
-        base = {"finetune_encoder": False, "features": None, "vectors": None, "resume": None}
-        return argparse.Namespace(**{**base, **given})
+        return TrainRequest(**given)
 
     assert train_command._end_to_end_by_default(ns())
     for given in ({"features": "sentence,lexical"}, {"vectors": "v.vec"}, {"resume": "m"}, {"finetune_encoder": True}):

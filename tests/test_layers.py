@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent / "dgn"
 
 #: Lowest first. A module belongs to the first entry that is its name or a package above it.
 LAYERS: list[tuple[str, ...]] = [
-    ("dgn._version", "dgn.errors", "dgn._choices", "dgn._validation", "dgn._memory", "dgn._progress"),
+    ("dgn._version", "dgn.errors", "dgn._choices", "dgn._options", "dgn._validation", "dgn._memory", "dgn._progress"),
     ("dgn.data",),
     ("dgn.metrics",),
     ("dgn.features",),
@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("dgn.ranking",),
     ("dgn.train",),
     ("dgn.sentence",),
-    ("dgn.tune", "dgn.explain"),
+    ("dgn.tune", "dgn.explain", "dgn.trainer"),
     ("dgn.selector",),
     ("dgn.predict", "dgn.benchmark"),
     ("dgn.commands", "dgn.cli"),

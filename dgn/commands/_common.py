@@ -3,41 +3,16 @@
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from dgn._choices import CANDIDATE_FUSIONS
-from dgn._paths import require_file, require_output_file  # noqa: F401  (the commands' checks too)
+from dgn._options import build_config  # noqa: F401  (the commands use it from here too)
+from dgn._paths import require_file, require_output_dir, require_output_file  # noqa: F401  (the commands' checks too)
 from dgn.errors import DgnUserError
 
 T = TypeVar("T")
-
-_FIELD_RE = re.compile(r"\b(DGNConfig|TrainConfig)\.(\w+)")
-
-
-def build_config(factory: Callable[..., T], overrides: Mapping[str, Any], options: Mapping[str, str]) -> T:
-    """``factory(**overrides)``, with a ``ValueError`` turned into a user error naming the option.
-
-    Args:
-        factory: Builds the config (e.g. ``lambda **kw: replace(DGNConfig(...), **kw)``).
-        overrides: Only the fields the user passed.
-        options: Field name -> command-line option (``"tau"`` -> ``"--tau"``).
-    """
-    try:
-        return factory(**overrides)
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, DgnUserError):
-            raise
-        message = str(exc)
-        match = _FIELD_RE.search(message)
-        if match and match.group(2) in options:
-            option = options[match.group(2)]
-            message = _FIELD_RE.sub(option, message, count=1)
-            raise DgnUserError(message) from None
-        raise DgnUserError(f"bad option value: {message}") from None
-
 
 def require_dir(path: str | os.PathLike[str], option: str, what: str = "directory") -> None:
     """An existing directory, else a user error naming the option and the path."""
@@ -46,20 +21,6 @@ def require_dir(path: str | os.PathLike[str], option: str, what: str = "director
         raise DgnUserError(f"{option} {path}: {what} not found")
     if not p.is_dir():
         raise DgnUserError(f"{option} {path}: not a directory")
-
-
-def require_output_dir(path: str | os.PathLike[str] | None, option: str) -> None:
-    """A directory that exists or can be created (``None``: nothing to check)."""
-    if path is None:
-        return
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise DgnUserError(f"{option} {path}: not a directory")
-    for parent in p.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise DgnUserError(f"{option} {path}: {parent} is not a directory")
-            break
 
 
 def validate_problems(path: str | os.PathLike[str], option: str) -> None:

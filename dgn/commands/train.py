@@ -1,5 +1,7 @@
 """``dgn train``: train a DGN on selection JSONL and save the best epoch's checkpoint.
 
+The options are parsed here; the work is :func:`dgn.trainer.train`.
+
 Defaults are those of :class:`dgn.model.DGNConfig` and :class:`dgn.train.TrainConfig` (the
 settings ``dgn benchmark`` uses): an option the user does not pass leaves its field alone.
 """
@@ -11,38 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 from dgn._choices import END_TO_END_INITS, MODEL_TYPES
+from dgn.trainer import MODEL_OPTIONS, TRAIN_OPTIONS
 
 __all__ = ["register", "MODEL_OPTIONS", "TRAIN_OPTIONS"]
-
-#: DGNConfig field -> option.
-MODEL_OPTIONS = {
-    "steps": "--steps",
-    "tau": "--tau",
-    "encoded_features": "--encoded-features",
-    "hidden_features": "--hidden-features",
-    "relaxation": "--relaxation",
-    "concave": "--concave",
-    "deep": "--deep",
-    "dropout": "--dropout",
-    "modular": "--no-modular",
-}
-#: TrainConfig field -> option.
-TRAIN_OPTIONS = {
-    "epochs": "--epochs",
-    "batch_size": "--batch-size",
-    "lr": "--lr",
-    "weight_decay": "--weight-decay",
-    "seed": "--seed",
-    "patience": "--patience",
-    "loss": "--loss",
-    "tau_decay": "--tau-decay",
-    "max_candidates": "--max-candidates",
-    "sparse_weight": "--sparse-weight",
-    "compile": "--compile",
-}
-#: train_fasttext_vectors keyword -> option (only without --vectors).
-FASTTEXT_OPTIONS = {"dim": "--fasttext-dim", "epoch": "--fasttext-epochs", "bucket": "--fasttext-bucket"}
-
 
 def _float(text: str) -> float:
     try:
@@ -205,312 +178,25 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p.set_defaults(handler=_train)
 
 
-#: Options whose argparse dest is not the config field's name.
-_DESTS = {"modular": "modular", "dim": "fasttext_dim", "epoch": "fasttext_epochs", "bucket": "fasttext_bucket"}
-
-
-def _end_to_end_by_default(args: argparse.Namespace) -> bool:
-    """Whether ``dgn train`` trains end to end without being asked: the best the installed extras allow.
-
-    With the ``encoders`` extra and neither ``--features`` nor ``--vectors`` (which name
-    frozen feature blocks) nor ``--resume`` (which continues a run as it was trained), the
-    sentence encoder is fine-tuned under the DGN head: on FM2's dev split it reaches a
-    mean recall@{1,3,5,7} of 0.786 against 0.664 to 0.669 for the best frozen-feature DGN.
-    """
-    if args.finetune_encoder or args.features is not None or args.vectors is not None or args.resume is not None:
-        return False
-    from dgn.features.family import encoders_available
-
-    return encoders_available()
-
-
-def _end_to_end_mode(args: argparse.Namespace) -> str:
-    """How an error names the end-to-end mode: the option, or the default that chose it."""
-    if args.resume is not None:
-        return "when resuming an end-to-end run"
-    if args.finetune_encoder:
-        return "with --finetune-encoder"
-    return (
-        "by end-to-end training (dgn train's default with the 'encoders' extra; name frozen feature "
-        "blocks with --features to use it)"
-    )
-
-
-def _overrides(args: argparse.Namespace, options: dict[str, str]) -> dict[str, Any]:
-    """The config fields whose options the user passed (argparse default None = not passed)."""
-    values = {
-        field: getattr(args, _DESTS.get(field, option[2:].replace("-", "_")))
-        for field, option in options.items()
-    }
-    return {field: value for field, value in values.items() if value is not None}
-
-
 def _train(args: argparse.Namespace) -> int:
-    from dataclasses import replace
     from pathlib import Path
 
     from dgn import distributed
-    from dgn.commands._common import build_config, format_metrics
-    from dgn.errors import DgnUserError
-    from dgn.model import DGNConfig
-    from dgn.train import SCORER_FIELDS, TrainConfig
-
-    end_to_end_default = _end_to_end_by_default(args)
-    torchrun = distributed.process_group(args.device)  # started by torchrun with WORLD_SIZE > 1
-    model_over = _overrides(args, MODEL_OPTIONS)
-    train_over = _overrides(args, TRAIN_OPTIONS)
-    ft_over = _overrides(args, FASTTEXT_OPTIONS)
-    if args.vectors is not None and ft_over:
-        given = ", ".join(FASTTEXT_OPTIONS[k] for k in ft_over)
-        raise DgnUserError(f"{given}: only used without --vectors (to train fastText vectors)")
-    if args.train is not None:
-        args.train = [t for given in args.train for t in given.split(",") if t]
-        if len(args.train) == 1:
-            args.train = args.train[0]
-        elif args.resume is not None:
-            raise DgnUserError("--train: a resumed run reads the files it recorded; leave --train out")
-    saved: dict[str, Any] | None = None
-    if args.resume is not None:
-        from dgn.train import END_TO_END_KIND, read_run_settings
-
-        saved = read_run_settings(args.resume)
-        if saved["model_type"] == END_TO_END_KIND:
-            return _finetune(args, model_over, train_over, ft_over, saved)
-        if args.finetune_encoder:
-            raise DgnUserError(f"--finetune-encoder: the run being resumed ({args.resume}) trained on frozen features")
-        saved = _resume_settings(args, model_over, train_over, ft_over, saved)
-    elif args.train is None or args.output is None:
-        missing = " and ".join(o for o, v in (("--train", args.train), ("--output", args.output)) if v is None)
-        raise DgnUserError(f"{missing}: required (unless --resume DIR continues a run)")
-    if args.finetune_encoder or end_to_end_default:
-        return _finetune(args, model_over, train_over, ft_over)
-    end_to_end_only = [o for o, v in (("--encoder-lr", args.encoder_lr), ("--claims-per-step", args.claims_per_step),
-                                      ("--facility", args.facility),
-                                      ("--freeze-layers", args.freeze_layers),
-                                      ("--grad-candidates", args.grad_candidates),
-                                      ("--encoder-dropout", args.encoder_dropout),
-                                      ("--first-layer-weight", args.first_layer_weight),
-                                      ("--init", args.init),
-                                      ("--encoder-grad-scale", args.encoder_grad_scale))
-                       if v is not None]
-    if end_to_end_only:
-        raise DgnUserError(f"{', '.join(end_to_end_only)}: only used by end-to-end training (--finetune-encoder); "
-                           "on frozen features the global batch is --batch-size")
-    if args.device is not None and args.device != "cpu":
-        raise DgnUserError(f"--device {args.device}: training on frozen features runs on the CPU; "
-                           "--device is for end-to-end training")
-    if torchrun:
-        given = [o for o, v in (("--top-l", args.top_l),
-                                ("several --train files", isinstance(args.train, list) and len(args.train) > 1))
-                 if v]
-        if given:
-            raise DgnUserError(f"{', '.join(given)}: not supported under torchrun on frozen features yet; "
-                               "run one process")
-    stage = _candidate_stage(args, saved)
-    if args.model_type not in (None, "dgn"):
-        if saved is not None:
-            raise DgnUserError("--model-type: the model of a resumed run cannot change; leave it out")
-        dgn_only = [MODEL_OPTIONS[k] for k in model_over if k not in SCORER_FIELDS and k != "deep"]
-        if dgn_only:
-            raise DgnUserError(f"{', '.join(dgn_only)}: DGN options; not used with --model-type {args.model_type}")
-        if "deep" in model_over:
-            raise DgnUserError("--deep: use --model-type deep-encoder for the three-layer encoder scorer")
-    # Fail on bad options before any slow step.
-    build_config(lambda **kw: replace(DGNConfig(), **kw), model_over, MODEL_OPTIONS)
-    base_config = TrainConfig()
-    if saved is not None:
-        recorded = saved["train_config"]
-        base_config = TrainConfig(**{**recorded, "eval_ks": tuple(recorded["eval_ks"])})
-    config = build_config(lambda **kw: replace(base_config, **kw), train_over, TRAIN_OPTIONS)
-    if saved is not None and (args.features is not None or args.encoder_model is not None):
-        raise DgnUserError("--features, --encoder-model: a resumed run featurizes as it did; leave them out")
-    from dgn.features.family import parse_feature_names
-    from dgn.train import train_from_files
-
-    result, _ = train_from_files(
-        args.train, args.output, args.dev,
-        model_type=args.model_type, model_options=model_over, config=config,
-        features=None if args.features is None else parse_feature_names(args.features),
-        vectors=args.vectors, encoder_model=args.encoder_model, cache_dir=args.cache_dir,
-        candidate_stage=stage, fasttext_options=ft_over, resume_settings=saved, save_every=args.save_every,
-        progress=not args.quiet,
-    )
-    if not distributed.is_main():
-        return 0  # rank 0 reports
-    if result.best_metrics:
-        print(
-            f"best epoch {result.best_epoch} of {len(result.history)} "
-            f"(dev mean recall {result.best_score:.4f}, {result.best_metrics.get('count', 0)} dev problems):"
-        )
-        print(format_metrics(result.best_metrics))
-    else:
-        print(f"no dev set: kept the last epoch ({result.best_epoch})")
-    print(f"model saved to {Path(args.output)} ({result.seconds:.1f} s)")
-    return 0
-
-
-#: TrainConfig options that --finetune-encoder reads, and the FinetuneConfig field each sets.
-_FINETUNE_FIELDS = {"epochs": "epochs", "lr": "head_lr", "weight_decay": "weight_decay", "seed": "seed", "loss": "loss",
-                    "patience": "patience"}
-#: FinetuneConfig field -> the option that sets it.
-_FINETUNE_OPTIONS = {
-    **{field: TRAIN_OPTIONS[name] for name, field in _FINETUNE_FIELDS.items()},
-    "encoder_lr": "--encoder-lr", "top_l": "--top-l", "claims_per_step": "--claims-per-step",
-    "freeze_layers": "--freeze-layers", "grad_candidates": "--grad-candidates",
-    "first_layer_weight": "--first-layer-weight", "encoder_grad_scale": "--encoder-grad-scale",
-    "encoder_dropout": "--encoder-dropout",
-}
-
-
-def _finetune(
-    args: argparse.Namespace, model_over: dict[str, Any], train_over: dict[str, Any], ft_over: dict[str, Any],
-    saved: dict[str, Any] | None = None,
-) -> int:
-    """``dgn train --finetune-encoder``, or its default with the encoders extra, or ``--resume`` of such a
-    run (``saved``: its settings): options checked here, the work in :func:`dgn.sentence.train_end_to_end`."""
-    from dataclasses import replace
-    from pathlib import Path
-
-    from dgn import distributed
-    from dgn.commands._common import require_output_dir
-    from dgn.errors import DgnUserError
-
-    mode = _end_to_end_mode(args)
-    for option, value in (("--rankers", args.rankers), ("--fusion", args.fusion)):
-        if value is not None:
-            raise DgnUserError(f"{option}: not used {mode}; its --top-l cut is BM25's")
-    if args.model_type is not None:
-        raise DgnUserError(f"--model-type: not used {mode}; see --loss for its heads")
-    if saved is None and (args.train is None or args.output is None):
-        raise DgnUserError("--train and --output: required")
-    from dgn.features.family import parse_feature_names
-
-    names = {"sentence", *parse_feature_names(args.features)} if args.features is not None else {"sentence"}
-    if not names <= {"sentence", "lexical"}:
-        raise DgnUserError(
-            f"--features {args.features}: --finetune-encoder trains on the sentence features, optionally with lexical "
-            "(--features sentence,lexical)"
-        )
-    unused = [MODEL_OPTIONS[k] for k in model_over] + [TRAIN_OPTIONS[k] for k in train_over if k not in _FINETUNE_FIELDS]
-    unused += [FASTTEXT_OPTIONS[k] for k in ft_over] + (["--vectors"] if args.vectors is not None else [])
-    if unused:
-        raise DgnUserError(f"{', '.join(unused)}: not used {mode}")
-    distributed.resolve_device(args.device)
-    fields = {_FINETUNE_FIELDS[k]: v for k, v in train_over.items()}
-    for field in ("encoder_lr", "top_l", "claims_per_step", "freeze_layers", "grad_candidates",
-                  "first_layer_weight", "encoder_grad_scale", "encoder_dropout"):
-        if getattr(args, field) is not None:
-            fields[field] = getattr(args, field)
-    from dgn.sentence import DEFAULT_MODEL, FinetuneConfig, resolve_model_path, train_end_to_end
-
-    config: Any = None
-    lexical: bool | None = "lexical" in names
-    if saved is not None:  # the run's own settings; given options must agree with them
-        _resume_output(args)
-        from dgn.sentence.finetune import RECORDED_BEFORE
-
-        recorded = {**RECORDED_BEFORE, **saved["train_config"]}  # a record older than a field: its value then
-        for field, value in fields.items():
-            if recorded.get(field) != value:
-                raise DgnUserError(f"{_FINETUNE_OPTIONS[field]} {value}: the run being resumed used "
-                                   f"{recorded.get(field)!r}; an end-to-end run resumes with its own settings")
-        if args.features is None:
-            lexical = None
-        elif lexical != saved["model_config"]["lexical"]:
-            raise DgnUserError(f"--features {args.features}: the run being resumed trained on "
-                               f"{'sentence,lexical' if saved['model_config']['lexical'] else 'sentence'}")
-        if args.encoder_model is not None and (
-            resolve_model_path(args.encoder_model) != resolve_model_path(saved["encoder_model"])
-        ):
-            raise DgnUserError(f"--encoder-model {args.encoder_model}: the run being resumed fine-tuned "
-                               f"{saved.get('encoder_model') or DEFAULT_MODEL}")
-    else:
-        from dgn._paths import train_file_list
-
-        train_file_list(args.train, args.dev)  # checked again by the library, but before the notice below
-        require_output_dir(args.output, "--output")
-        resolve_model_path(args.encoder_model)
-        try:
-            config = replace(FinetuneConfig(), **fields)
-        except ValueError as exc:
-            raise DgnUserError(str(exc)) from None
-        if not args.finetune_encoder and not args.quiet and distributed.is_main():  # the default chose end to end
-            print(f"training end to end: the sentence encoder ({args.encoder_model or DEFAULT_MODEL}) fine-tuned "
-                  f"under the DGN head, {config.epochs} epoch{'s' if config.epochs > 1 else ''}"
-                  + (f", candidates cut to the {config.top_l} BM25-best" if config.top_l else "")
-                  + " (the default with the 'encoders' extra; --features NAMES trains on "
-                  "frozen feature blocks instead)", flush=True)
-    result = train_end_to_end(
-        args.train, args.dev, args.output, config=config, encoder_model=args.encoder_model, lexical=lexical,
-        device=args.device, save_every=args.save_every, resume_settings=saved, progress=not args.quiet,
-        facility="default" if args.facility is None else (args.facility or None), init=args.init,
-    )
-    if not distributed.is_main():
-        return 0  # rank 0 reports
     from dgn.commands._common import format_metrics
+    from dgn.trainer import TrainRequest, train
 
+    result, how = train(TrainRequest.from_options(vars(args)))
+    if not distributed.is_main():
+        return 0  # rank 0 reports
     if result.best_metrics:
-        print(f"best epoch {result.best_epoch} of {len(result.history)} (dev mean recall {result.best_score:.4f}):")
+        count = result.best_metrics.get("count")
+        print(f"best epoch {result.best_epoch} of {len(result.history)} (dev mean recall {result.best_score:.4f}"
+              + (f", {count} dev problems" if count is not None and how == "frozen features" else "") + "):")
         print(format_metrics(result.best_metrics))
-    print(f"model saved to {Path(args.output)} ({result.seconds:.1f} s, {result.seconds_per_epoch:.1f} s per epoch of training)")
+    elif how == "frozen features":
+        print(f"no dev set: kept the last epoch ({result.best_epoch})")
+    seconds = f"{result.seconds:.1f} s"
+    if how == "end to end":
+        seconds += f", {result.seconds_per_epoch:.1f} s per epoch of training"
+    print(f"model saved to {Path(args.output if args.output is not None else args.resume)} ({seconds})")
     return 0
-
-
-def _candidate_stage(args: argparse.Namespace, saved: dict[str, Any] | None) -> Any:
-    """The candidate stage of ``--top-l``/``--rankers``/``--fusion`` (a resumed run: its own)."""
-    from dgn.commands._common import candidate_stage_from_options
-    from dgn.errors import DgnUserError
-    from dgn.fusion.candidates import CandidateStage
-
-    given = [o for o, v in (("--top-l", args.top_l), ("--rankers", args.rankers), ("--fusion", args.fusion))
-             if v is not None]
-    if saved is not None:
-        if given:
-            raise DgnUserError(f"{', '.join(given)}: a resumed run keeps its candidate stage; leave them out")
-        recorded = saved.get("candidate_stage")
-        return None if recorded is None else CandidateStage.from_settings(recorded)
-    return candidate_stage_from_options(args, args.encoder_model)
-
-
-def _resume_output(args: argparse.Namespace) -> None:
-    """``--resume DIR``: ``args.output`` becomes DIR (a different ``--output`` is an error)."""
-    from pathlib import Path
-
-    from dgn.errors import DgnUserError
-
-    directory = Path(args.resume)
-    if args.output is not None and Path(args.output).resolve() != directory.resolve():
-        raise DgnUserError(f"--output {args.output}: a resumed run writes to its own directory ({directory})")
-    args.output = str(directory)
-
-
-def _resume_settings(
-    args: argparse.Namespace, model_over: dict[str, Any], train_over: dict[str, Any], ft_over: dict[str, Any],
-    saved: dict[str, Any],
-) -> dict[str, Any]:
-    """Check ``--resume DIR`` of a run on frozen features against the other options; set
-    ``args.output`` to DIR.
-
-    ``saved``: the run's settings (:func:`dgn.train.read_run_settings`), returned;
-    :func:`dgn.train.train_from_files` takes the run's own training and dev files where
-    ``--train`` and ``--dev`` are left out, and checks given ones against them.
-    """
-    from dgn.errors import DgnUserError
-    from dgn.train import RESUMABLE_CHANGES
-
-    _resume_output(args)
-    directory = args.output
-    if model_over:
-        given = ", ".join(MODEL_OPTIONS[k] for k in model_over)
-        raise DgnUserError(f"{given}: the model of a resumed run cannot change (--resume {directory})")
-    if ft_over:
-        given = ", ".join(FASTTEXT_OPTIONS[k] for k in ft_over)
-        raise DgnUserError(f"{given}: the vectors of a resumed run cannot change (--resume {directory})")
-    for name, value in train_over.items():
-        before = saved["train_config"].get(name)
-        if name not in RESUMABLE_CHANGES and before != value:
-            raise DgnUserError(
-                f"{TRAIN_OPTIONS[name]} {value}: the run being resumed used {before!r}; "
-                f"only {', '.join(TRAIN_OPTIONS[n] for n in RESUMABLE_CHANGES)} may change"
-            )
-    return saved
