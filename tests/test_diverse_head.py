@@ -364,3 +364,21 @@ def test_encoder_grad_scale_scales_the_layerwise_gradient_into_the_embeddings_on
         FinetuneConfig(encoder_grad_scale=1.5)
     with pytest.raises(ValueError, match="first_layer_weight=0 with encoder_grad_scale=0"):
         FinetuneConfig(first_layer_weight=0.0)  # the default encoder_grad_scale is 0
+
+
+def test_diversity_reports_the_heads_weights_and_follows_them(sentence_encoder):
+    """``diversity()`` reads the facility-location and SCMM weights of the sum (softplus of
+    the raw weights, so 3 and 1 at the start), the mean coverage weight, and None for the
+    listwise head; moving a raw weight moves the report."""
+    from dgn.sentence import EndToEndModel
+
+    model = EndToEndModel(sentence_encoder, "dgn", init="ranker", facility=3.0)
+    start = model.diversity()
+    assert start["facility"] == pytest.approx(3.0, rel=1e-5) and start["scmm"] == pytest.approx(1.0, rel=1e-5)
+    alpha = model.dgn.objective.weights(torch.zeros(model.dgn.config.encoded_features))
+    assert start["alpha"] == pytest.approx(float(alpha.mean()))
+    with torch.no_grad():
+        model.facility.raw_weights[1] -= 10.0
+    assert model.diversity()["facility"] < 1e-3
+    assert EndToEndModel(sentence_encoder, "dgn", init="ranker").diversity()["facility"] is None
+    assert EndToEndModel(sentence_encoder, "listwise").diversity() is None

@@ -418,6 +418,24 @@ class EndToEndModel(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
+    @torch.no_grad()
+    def diversity(self) -> dict[str, float | None] | None:
+        """How strongly the DGN head diversifies, as it stands (after training: what it
+        learned): ``scmm`` and ``facility``, the weights of the SCMM and of the
+        facility-location term in their sum (``facility`` None without the term, ``scmm``
+        then 1), and ``alpha``, the mean of the SCMM's coverage weights. None for the
+        listwise head, which does not diversify."""
+        if self.dgn is None:
+            return None
+        like = torch.zeros(self.dgn.config.encoded_features, dtype=next(self.dgn.parameters()).dtype)
+        alpha = self.dgn.objective.weights(like)
+        weights = None if self.facility is None else self.facility.weights(like)
+        return {
+            "scmm": 1.0 if weights is None else float(weights[0]),
+            "facility": None if weights is None else float(weights[1]),
+            "alpha": 1.0 if alpha is None else float(alpha.mean()),
+        }
+
 
 #: The old name of :class:`EndToEndModel` (a model, not a :class:`~dgn.selector.Selector`),
 #: kept so that code written against it runs.
