@@ -300,10 +300,9 @@ class FrozenFeatureTask(Task):
         self.base_tau = model.config.tau if isinstance(model, DGN) else None
 
     def settings(self) -> dict[str, Any]:
-        kind, settings = _model_kind(self.model)
         if isinstance(self.model, DGN):  # the run's temperature, not this epoch's annealed one
-            settings = replace(self.model.config, tau=self.base_tau).to_dict()
-        return settings
+            return replace(self.model.config, tau=self.base_tau).to_dict()
+        return _model_kind(self.model)[1]
 
     def optimizer(self, total_steps: int) -> tuple[torch.optim.Optimizer, None]:
         return make_optimizer(self.model, self.config), None

@@ -25,7 +25,6 @@ def head_loss(
     mask: Tensor,
     gold: Tensor,
     loss: str = "layerwise",
-    *,
     lexical: Tensor | None = None,
     gold_sets: Tensor | None = None,
     first_layer_weight: float = 0.0,
@@ -35,8 +34,38 @@ def head_loss(
     ndcg_temperature: float = 1.0,
     ndcg_k: int | None = None,
     encoder_grad_scale: float = 1.0,
-    ) -> Tensor:
-    """:meth:`EndToEndModel.loss`: the training loss of one batch (see there)."""
+) -> Tensor:
+    """The training loss of one batch of ``model`` (an :class:`~dgn.sentence.EndToEndModel`;
+    its method ``loss``).
+
+    Args:
+        query, sentences, mask: As :meth:`EndToEndModel.score <dgn.sentence.EndToEndModel.score>` takes them.
+        gold: ``(B, N)`` bool, the union of the gold sets.
+        loss: The DGN head's layer-wise loss, as :class:`FinetuneConfig` names it:
+            ``"soft_label"``, ``"layerwise"`` or ``"set_recall"``
+            (:func:`~dgn.losses.set_recall_cross_entropy`, which needs
+            ``gold_sets``). The listwise head takes ``"set_recall"`` as its one
+            layer's target too, and any other value as ``gold / |gold|``.
+        lexical: As in ``model.score``.
+        gold_sets: ``(B, G, N)`` bool (:func:`~dgn.losses.gold_set_tensor`).
+        first_layer_weight: Add this multiple of the first layer's term of the loss
+            again (the DGN head; its first layer is a listwise ranking).
+        relevance: ``(B, N)`` nonnegative grades, the target of ``dense``.
+        dense: A graded loss on ``relevance`` over the layer logits ``(B, K, N)`` (the
+            listwise head's ``(B, 1, N)``): ``"soft_label"``
+            (:func:`~dgn.losses.soft_label_cross_entropy`) or ``"approx_ndcg"``
+            (:func:`~dgn.losses.layerwise_approx_ndcg_loss` with ``ndcg_temperature``
+            and ``ndcg_k``). The batch's loss is then
+            ``mix_sparse_dense(dense, sparse, sparse_weight)``, the sparse term being
+            ``loss`` on ``gold`` as above (left out when ``sparse_weight`` is 0).
+            None: ``loss`` alone.
+        sparse_weight, ndcg_temperature, ndcg_k: As in :class:`FinetuneConfig`.
+        encoder_grad_scale: As in :class:`FinetuneConfig`: the DGN head's layers run
+            on ``query`` and ``sentences`` whose gradient is scaled by it (the forward
+            values are the same), and the first-layer term, when
+            ``first_layer_weight`` is set, runs the first layer again on them as
+            given.
+    """
     from dgn.losses import (
         layerwise_approx_ndcg_loss,
         layerwise_cross_entropy,

@@ -333,58 +333,8 @@ class EndToEndModel(nn.Module):
         beta = -w[1] * single + (0.0 if beta is None else beta)
         return torch.cat([H, S], dim=-1), beta, valid
 
-    def loss(
-        self,
-        query: Tensor,
-        sentences: Tensor,
-        mask: Tensor,
-        gold: Tensor,
-        loss: str = "layerwise",
-        lexical: Tensor | None = None,
-        gold_sets: Tensor | None = None,
-        first_layer_weight: float = 0.0,
-        relevance: Tensor | None = None,
-        dense: str | None = None,
-        sparse_weight: float = 0.0,
-        ndcg_temperature: float = 1.0,
-        ndcg_k: int | None = None,
-        encoder_grad_scale: float = 1.0,
-    ) -> Tensor:
-        """The training loss of one batch.
-
-        Args:
-            query, sentences, mask: As :meth:`score` takes them.
-            gold: ``(B, N)`` bool, the union of the gold sets.
-            loss: The DGN head's layer-wise loss, as :class:`FinetuneConfig` names it:
-                ``"soft_label"``, ``"layerwise"`` or ``"set_recall"``
-                (:func:`~dgn.losses.set_recall_cross_entropy`, which needs
-                ``gold_sets``). The listwise head takes ``"set_recall"`` as its one
-                layer's target too, and any other value as ``gold / |gold|``.
-            lexical: As in :meth:`score`.
-            gold_sets: ``(B, G, N)`` bool (:func:`~dgn.losses.gold_set_tensor`).
-            first_layer_weight: Add this multiple of the first layer's term of the loss
-                again (the DGN head; its first layer is a listwise ranking).
-            relevance: ``(B, N)`` nonnegative grades, the target of ``dense``.
-            dense: A graded loss on ``relevance`` over the layer logits ``(B, K, N)`` (the
-                listwise head's ``(B, 1, N)``): ``"soft_label"``
-                (:func:`~dgn.losses.soft_label_cross_entropy`) or ``"approx_ndcg"``
-                (:func:`~dgn.losses.layerwise_approx_ndcg_loss` with ``ndcg_temperature``
-                and ``ndcg_k``). The batch's loss is then
-                ``mix_sparse_dense(dense, sparse, sparse_weight)``, the sparse term being
-                ``loss`` on ``gold`` as above (left out when ``sparse_weight`` is 0).
-                None: ``loss`` alone.
-            sparse_weight, ndcg_temperature, ndcg_k: As in :class:`FinetuneConfig`.
-            encoder_grad_scale: As in :class:`FinetuneConfig`: the DGN head's layers run
-                on ``query`` and ``sentences`` whose gradient is scaled by it (the forward
-                values are the same), and the first-layer term, when
-                ``first_layer_weight`` is set, runs the first layer again on them as
-                given.
-        """
-        return head_loss(
-            self, query, sentences, mask, gold, loss, lexical=lexical, gold_sets=gold_sets,
-            first_layer_weight=first_layer_weight, relevance=relevance, dense=dense, sparse_weight=sparse_weight,
-            ndcg_temperature=ndcg_temperature, ndcg_k=ndcg_k, encoder_grad_scale=encoder_grad_scale,
-        )
+    #: The training loss of one batch (:func:`dgn.sentence.loss.head_loss`).
+    loss = head_loss
 
     # ------------------------------------------------------------------ persistence
     def save_pretrained(self, directory: str | os.PathLike[str], extra: dict[str, Any] | None = None) -> Path:
