@@ -54,7 +54,8 @@ class ToyTask(Task):
         if self.config.optimizer == "sgd":
             return torch.optim.SGD(params, lr=self.config.lr), None
         opt = torch.optim.Adam(params, lr=self.config.lr)
-        return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / total_steps))
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / total_steps))
+        return opt, self.schedule
 
     def loss(self, problems: Sequence[int]) -> torch.Tensor:
         idx = torch.tensor(list(problems))
@@ -168,15 +169,13 @@ def test_gradients_are_clipped_at_the_configs_norm():
 
 
 def test_the_schedule_steps_once_per_optimiser_step():
+    """22 problems in batches of 4 are 6 steps an epoch: after 2 epochs the loop has stepped
+    the task's schedule 12 times, to the end of its linear decay."""
     task = ToyTask(ToyConfig(epochs=2))
     result = fit(task, progress=False)
     assert isinstance(result, TrainResult) and result.seconds_per_epoch > 0
-    steps = 2 * 6
-    opt, schedule = ToyTask(ToyConfig(epochs=2)).optimizer(steps)
-    for _ in range(steps):
-        opt.step()
-        schedule.step()
-    assert schedule.get_last_lr() == pytest.approx([0.0])
+    assert task.schedule.last_epoch == 2 * 6
+    assert task.schedule.get_last_lr() == pytest.approx([0.0])
 
 
 def test_progress_shows_in_a_log_file_as_lines(monkeypatch, capsys):
