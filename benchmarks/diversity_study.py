@@ -1,0 +1,198 @@
+"""How much the DGN head should diversify, per dataset: the learned weights, and the
+recall of the trained model when its diversity terms are scaled at prediction time.
+
+For each dataset directory (the ``data/`` folder a ``dgn benchmark --finetune-encoder``
+run writes: ``train.jsonl``, ``dev.jsonl``, ``test.jsonl``) and each seed, this trains
+both heads as the benchmark does (``EndToEndModel`` with the lexical columns, the
+library's default start and facility weight, ``FinetuneConfig(seed=seed)``), saves them
+under ``OUTPUT/<dataset>/<head>-s<seed>``, and scores dev and test. The DGN head is scored
+once per diversity scale ``s``: the facility-location and SCMM weights of its objective
+multiplied by ``s`` (0: the greedy picks by the modular term alone, a ranking; 1: the
+model as trained). Models already saved are loaded, not retrained.
+
+    python benchmarks/diversity_study.py runs/entailmentbank-full/data --seeds 0 --output runs/diversity
+    python benchmarks/diversity_study.py --summary --output runs/diversity
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+KS = (1, 3, 5, 7)
+SCALES = (0.0, 0.25, 0.5, 1.0, 2.0)
+METRICS = ("recall", "strict")
+
+
+def _problems(path: Path) -> list[Any]:
+    from dgn.data import read_problems
+
+    return [p for p in read_problems(path) if p.gold]
+
+
+class Embedded:
+    """A split's problems embedded once by a model, cut as prediction cuts them."""
+
+    def __init__(self, model: Any, problems: list[Any], top_l: int | None, batch_size: int = 64):
+        from dgn.features.sentence import encode_texts
+        from dgn.sentence.predict import cut_candidates
+
+        cuts = [cut_candidates(p, top_l) for p in problems]
+        self.problems = problems
+        self.index = [index for _, index in cuts]
+        cut = [c for c, _ in cuts]
+        rows: dict[str, int] = {}
+        slots = [[rows.setdefault(t, len(rows)) for t in (p.query, *p.candidates)] for p in cut]
+        emb = torch.from_numpy(encode_texts(model.encoder, list(rows), progress=False))
+        self.batches = []
+        for start in range(0, len(cut), batch_size):
+            chunk = range(start, min(start + batch_size, len(cut)))
+            N = max(len(cut[i].candidates) for i in chunk)
+            q = emb[torch.tensor([slots[i][0] for i in chunk])]
+            S = emb.new_zeros(len(chunk), N, emb.shape[1])
+            mask = torch.zeros(len(chunk), N, dtype=torch.bool)
+            for b, i in enumerate(chunk):
+                n = len(cut[i].candidates)
+                S[b, :n] = emb[torch.tensor(slots[i][1:], dtype=torch.long)]
+                mask[b, :n] = True
+            lex = model.lexical_for([cut[i].query for i in chunk], [cut[i].candidates for i in chunk], N)
+            self.batches.append((q, S, mask, lex))
+
+    @torch.no_grad()
+    def rank(self, model: Any, k: int) -> list[list[int]]:
+        model.eval()
+        out: list[list[int]] = []
+        for q, S, mask, lex in self.batches:
+            if model.dgn is None:
+                logits = model.score(q, S, mask, lexical=lex)
+                order = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :k]
+                picks = torch.where(mask.gather(1, order), order, torch.full_like(order, -1))
+            else:
+                picks = model.score(q, S, mask, steps=k, lexical=lex).indices
+            out.extend([[j for j in row if j >= 0] for row in picks.tolist()])
+        return [[index[j] for j in r] for r, index in zip(out, self.index, strict=True)]
+
+
+def scaled(model: Any, scale: float) -> None:
+    """Multiply the DGN head's objective weights (SCMM and facility location) by ``scale``."""
+    f = model.facility
+    if not hasattr(f, "_trained_weights"):
+        f._trained_weights = f.weights
+    f.weights = lambda like: scale * f._trained_weights(like)
+
+
+def metrics(rankings: list[list[int]], problems: list[Any]) -> dict[str, float]:
+    from dgn.benchmark import redundancy
+    from dgn.metrics import evaluate_rankings
+
+    run = evaluate_rankings(rankings, [p.gold for p in problems], ks=KS, names=METRICS)
+    run.pop("count", None)
+    run.update({f"redundancy@{k}": redundancy(rankings, problems, k) for k in KS if k > 1})
+    return run
+
+
+def study(data: Path, seed: int, output: Path, heads: tuple[str, ...]) -> None:
+    from dgn.sentence import (
+        EndToEndModel,
+        FinetuneConfig,
+        default_facility,
+        default_init,
+        finetune,
+        load_sentence_model,
+    )
+
+    name = data.parent.name if data.name == "data" else data.name
+    splits = {s: _problems(data / f"{s}.jsonl") for s in ("train", "dev", "test")}
+    for head in heads:
+        where = output / name / f"{head}-s{seed}"
+        record_path = where / "study.json"
+        if record_path.exists():
+            print(f"{where}: done", flush=True)
+            continue
+        config = FinetuneConfig(seed=seed)
+        started = time.perf_counter()
+        if (where / "selector.json").exists():
+            model = EndToEndModel.from_pretrained(where)
+            seconds = None
+        else:
+            torch.manual_seed(seed)
+            model = EndToEndModel(load_sentence_model("all-MiniLM-L6-v2"), head, lexical=True,
+                                  init=default_init(head), facility=default_facility(head))
+            print(f"{name}: training {head}, seed {seed}", flush=True)
+            finetune(model, splits["train"], splits["dev"], config, progress=False)
+            seconds = time.perf_counter() - started
+            model.save_pretrained(where)
+        record: dict[str, Any] = {"dataset": name, "head": head, "seed": seed, "train_seconds": seconds,
+                                  "diversity": model.diversity(), "splits": {}}
+        for split in ("dev", "test"):
+            embedded = Embedded(model, splits[split], config.top_l)
+            if head == "dgn":
+                record["splits"][split] = {}
+                for s in SCALES:
+                    scaled(model, s)
+                    record["splits"][split][str(s)] = metrics(embedded.rank(model, max(KS)), splits[split])
+                scaled(model, 1.0)
+            else:
+                record["splits"][split] = metrics(embedded.rank(model, max(KS)), splits[split])
+        record_path.write_text(json.dumps(record, indent=1))
+        print(f"{where}: written ({time.perf_counter() - started:.0f} s)", flush=True)
+
+
+def _line(keys: list[str], split: str, label: str, runs: list[dict[str, float]]) -> None:
+    if not runs:
+        return
+    cells = []
+    for key in keys:
+        values = [run[key] for run in runs]
+        sd = statistics.stdev(values) if len(values) > 1 else 0.0
+        cells.append(f"{statistics.fmean(values):.3f}" + (f" ± {sd:.3f}" if len(values) > 1 else ""))
+    print(f"| {split} | {label} | " + " | ".join(cells) + " |")
+
+
+def summary(output: Path) -> None:
+    records = [json.loads(p.read_text()) for p in sorted(output.glob("*/*/study.json"))]
+    for name in sorted({r["dataset"] for r in records}):
+        mine = [r for r in records if r["dataset"] == name]
+        dgn = [r for r in mine if r["head"] == "dgn"]
+        ranker = [r for r in mine if r["head"] == "listwise"]
+        print(f"\n## {name}: {len(dgn)} DGN seeds, {len(ranker)} listwise seeds")
+        for r in dgn:
+            d = r["diversity"]
+            print(f"seed {r['seed']}: learned scmm {d['scmm']:.3f} facility {d['facility']:.3f} alpha {d['alpha']:.4f}")
+        keys = [f"recall@{k}" for k in KS] + [f"strict@{k}" for k in KS[1:]] + ["redundancy@5"]
+        print("| split | row | " + " | ".join(keys) + " |")
+        print("|---|---|" + "---:|" * len(keys))
+
+        for split in ("dev", "test"):
+            _line(keys, split, "listwise", [r["splits"][split] for r in ranker])
+            for s in SCALES:
+                _line(keys, split, f"DGN s={s}", [r["splits"][split][str(s)] for r in dgn])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data", nargs="*", type=Path, help="benchmark data/ folders (train, dev, test .jsonl)")
+    parser.add_argument("--seeds", default="0", help="comma-separated training seeds")
+    parser.add_argument("--heads", default="dgn,listwise")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--output", type=Path, required=True)
+    parser.add_argument("--summary", action="store_true")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.summary:
+        summary(args.output)
+        return
+    for data in args.data:
+        for seed in (int(s) for s in args.seeds.split(",")):
+            study(data, seed, args.output, tuple(args.heads.split(",")))
+
+
+if __name__ == "__main__":
+    main()
