@@ -7,8 +7,10 @@ both heads as the benchmark does (``EndToEndModel`` with the lexical columns, th
 library's default start and facility weight, ``FinetuneConfig(seed=seed)``), saves them
 under ``OUTPUT/<dataset>/<head>-s<seed>``, and scores dev and test. The DGN head is scored
 once per diversity scale ``s``: the facility-location and SCMM weights of its objective
-multiplied by ``s`` (0: the greedy picks by the modular term alone, a ranking; 1: the
-model as trained). Models already saved are loaded, not retrained.
+multiplied by ``s`` (``EndToEndModel.diversity_scale``; 0: the greedy picks by the
+modular term alone, a ranking; 1: the model as trained). The summary adds the row
+``finetune`` gives by default: per seed the scale with the best mean dev recall. Models
+already saved are loaded, not retrained (each at scale 1 and each of the others).
 
     python benchmarks/diversity_study.py runs/entailmentbank-full/data --seeds 0 --output runs/diversity
     python benchmarks/diversity_study.py --summary --output runs/diversity
@@ -26,7 +28,7 @@ from typing import Any
 import torch
 
 KS = (1, 3, 5, 7)
-SCALES = (0.0, 0.25, 0.5, 1.0, 2.0)
+SCALES = (0.0, 0.25, 0.5, 1.0, 2.0)  # dgn.sentence.config.DIVERSITY_SCALES
 METRICS = ("recall", "strict")
 
 
@@ -79,14 +81,6 @@ class Embedded:
         return [[index[j] for j in r] for r, index in zip(out, self.index, strict=True)]
 
 
-def scaled(model: Any, scale: float) -> None:
-    """Multiply the DGN head's objective weights (SCMM and facility location) by ``scale``."""
-    f = model.facility
-    if not hasattr(f, "_trained_weights"):
-        f._trained_weights = f.weights
-    f.weights = lambda like: scale * f._trained_weights(like)
-
-
 def metrics(rankings: list[list[int]], problems: list[Any]) -> dict[str, float]:
     from dgn.benchmark import redundancy
     from dgn.metrics import evaluate_rankings
@@ -135,9 +129,9 @@ def study(data: Path, seed: int, output: Path, heads: tuple[str, ...]) -> None:
             if head == "dgn":
                 record["splits"][split] = {}
                 for s in SCALES:
-                    scaled(model, s)
+                    model.diversity_scale = s
                     record["splits"][split][str(s)] = metrics(embedded.rank(model, max(KS)), splits[split])
-                scaled(model, 1.0)
+                model.diversity_scale = 1.0
             else:
                 record["splits"][split] = metrics(embedded.rank(model, max(KS)), splits[split])
         record_path.write_text(json.dumps(record, indent=1))
@@ -169,8 +163,19 @@ def summary(output: Path) -> None:
         print("| split | row | " + " | ".join(keys) + " |")
         print("|---|---|" + "---:|" * len(keys))
 
+        from dgn.sentence.config import FinetuneConfig
+        from dgn.sentence.predict import best_scale
+
+        eval_ks = FinetuneConfig().eval_ks
+        chosen = []
+        for r in dgn:
+            dev = {float(s): statistics.fmean(m[f"recall@{k}"] for k in eval_ks) for s, m in r["splits"]["dev"].items()}
+            chosen.append(best_scale(dev))
+        print("scale chosen on dev per seed (as finetune chooses it):", ", ".join(f"{s:g}" for s in chosen))
         for split in ("dev", "test"):
             _line(keys, split, "listwise", [r["splits"][split] for r in ranker])
+            _line(keys, split, "DGN, scale chosen on dev",
+                  [r["splits"][split][str(s)] for r, s in zip(dgn, chosen, strict=True)])
             for s in SCALES:
                 _line(keys, split, f"DGN s={s}", [r["splits"][split][str(s)] for r in dgn])
 

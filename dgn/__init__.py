@@ -5,8 +5,9 @@ greedy, and the Differentiable Greedy Network (Powers et al., 2018): greedy unfo
 K layers with a relaxed argmax for training and the exact argmax at test time.
 
 ``import dgn`` stays light: the names below that need torch (the model, greedy, losses,
-objectives, encoders, and :func:`dgn.load`, which reads any trained model as a
-:class:`~dgn.selector.Selector`) are imported on first use, and data adapters, features
+objectives, encoders, :func:`dgn.load`, which reads any trained model as a
+:class:`~dgn.selector.Selector`, :func:`dgn.select`, which picks with one in a call, and
+:func:`dgn.train_selector`, which trains one as ``dgn train`` does) are imported on first use, and data adapters, features
 and the command line import their heavier dependencies only when used. So ``dgn data ...`` and
 ``dgn evaluate`` start without loading torch.
 """
@@ -26,18 +27,22 @@ if TYPE_CHECKING:
     from dgn.losses import (
         ApproxNDCGLoss,
         LayerwiseApproxNDCG,
+        LayerwiseApproxNDCGLoss,
         LayerwiseCrossEntropy,
+        SetRecallCrossEntropy,
         SoftCrossEntropy,
         SoftLabelCrossEntropy,
         approx_ndcg_loss,
         layerwise_approx_ndcg_loss,
         layerwise_cross_entropy,
+        set_recall_cross_entropy,
         soft_cross_entropy,
         soft_label_cross_entropy,
     )
     from dgn.model import DGN, DGNConfig, DGNOutput
     from dgn.objectives import SCMM, FacilityLocation, Objective, concave
-    from dgn.selector import Selector, TextSelection, load
+    from dgn.selector import Selector, TextSelection, load, select
+    from dgn.trainer import train_selector
 
 #: Public name -> the module that defines it (imported on first access).
 _LAZY = {
@@ -58,6 +63,9 @@ _LAZY = {
     "SoftCrossEntropy": "dgn.losses",
     "ApproxNDCGLoss": "dgn.losses",
     "LayerwiseApproxNDCG": "dgn.losses",
+    "LayerwiseApproxNDCGLoss": "dgn.losses",
+    "SetRecallCrossEntropy": "dgn.losses",
+    "set_recall_cross_entropy": "dgn.losses",
     "DGN": "dgn.model",
     "DGNConfig": "dgn.model",
     "DGNOutput": "dgn.model",
@@ -66,6 +74,8 @@ _LAZY = {
     "Objective": "dgn.objectives",
     "concave": "dgn.objectives",
     "load": "dgn.selector",
+    "select": "dgn.selector",
+    "train_selector": "dgn.trainer",
     "Selector": "dgn.selector",
     "TextSelection": "dgn.selector",
 }
@@ -88,15 +98,20 @@ __all__ = [
     "DGNOutput",
     "layerwise_cross_entropy",
     "soft_label_cross_entropy",
+    "set_recall_cross_entropy",
     "LayerwiseCrossEntropy",
     "SoftLabelCrossEntropy",
+    "SetRecallCrossEntropy",
     "soft_cross_entropy",
     "approx_ndcg_loss",
     "layerwise_approx_ndcg_loss",
     "SoftCrossEntropy",
     "ApproxNDCGLoss",
+    "LayerwiseApproxNDCGLoss",
     "LayerwiseApproxNDCG",
     "load",
+    "select",
+    "train_selector",
     "Selector",
     "TextSelection",
     "DgnUserError",

@@ -662,6 +662,9 @@ def run_benchmark(
         "dgn_objective": [part.get("dgn_objective") for part in per_split] if s.folds else first.get("dgn_objective"),
         "dgn_objective_dev_scores": [part.get("dgn_objective_dev_scores") for part in per_split] if s.folds
         else first.get("dgn_objective_dev_scores"),
+        # the end-to-end DGN's diversity scale chosen on the dev split, per seed (per fold)
+        "diversity_scales": [part.get("diversity_scales") for part in per_split] if s.folds
+        else first.get("diversity_scales"),
         "ks": list(s.ks),
         "splits": first["sizes"] if not s.folds else {"test": len(golds), "folds": s.folds},
         "model_config": first["model_config"],
@@ -835,6 +838,8 @@ def _run_split(
             rankings[name].append(rank(model, test, kmax))
             seconds[name].append(fit.seconds)
             dev_scores.setdefault(name, []).append(fit.best_score)
+            if "diversity_scale" in fit.choices:
+                result.setdefault("diversity_scales", {}).setdefault(name, []).append(fit.choices["diversity_scale"])
             if seed == s.seeds[0]:
                 first_models[name] = model
     if "DGN" in s.models:

@@ -34,7 +34,9 @@ __all__ = [
     "SoftLabelCrossEntropy",
     "SoftCrossEntropy",
     "ApproxNDCGLoss",
+    "LayerwiseApproxNDCGLoss",
     "LayerwiseApproxNDCG",
+    "SetRecallCrossEntropy",
 ]
 
 Reduction = Literal["none", "mean", "sum"]
@@ -328,6 +330,18 @@ class LayerwiseCrossEntropy(nn.Module):
         return layerwise_cross_entropy(states, gold, indices, self.reduction, self.from_logits)
 
 
+class SetRecallCrossEntropy(nn.Module):
+    """Module form of :func:`set_recall_cross_entropy` (the end-to-end DGN's default loss)."""
+
+    def __init__(self, reduction: Reduction = "mean", from_logits: bool = True) -> None:
+        super().__init__()
+        self.reduction = reduction
+        self.from_logits = from_logits
+
+    def forward(self, states: Tensor, gold_sets: Tensor, indices: Tensor | None = None) -> Tensor:
+        return set_recall_cross_entropy(states, gold_sets, indices, self.reduction, self.from_logits)
+
+
 class SoftLabelCrossEntropy(nn.Module):
     """Module form of :func:`soft_label_cross_entropy`."""
 
@@ -572,7 +586,7 @@ class ApproxNDCGLoss(nn.Module):
         return approx_ndcg_loss(logits, relevance, self.temperature, self.k, mask, self.reduction, self.gain)
 
 
-class LayerwiseApproxNDCG(nn.Module):
+class LayerwiseApproxNDCGLoss(nn.Module):
     """Module form of :func:`layerwise_approx_ndcg_loss`."""
 
     def __init__(self, temperature: float = 1.0, k: int | None = None, reduction: Reduction = "mean",
@@ -584,3 +598,7 @@ class LayerwiseApproxNDCG(nn.Module):
     def forward(self, states: Tensor, relevance: Tensor, indices: Tensor | None = None) -> Tensor:
         return layerwise_approx_ndcg_loss(states, relevance, self.temperature, self.k, indices, self.reduction,
                                           self.gain)
+
+
+#: The old name of :class:`LayerwiseApproxNDCGLoss`, kept so that code written against it runs.
+LayerwiseApproxNDCG = LayerwiseApproxNDCGLoss

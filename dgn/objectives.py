@@ -589,6 +589,12 @@ class SumObjective(Objective):
         weights: Fixed weights ``w`` (default all ones).
         learnable: Learn ``w = softplus(raw)`` from the given weights instead.
 
+    Attributes:
+        scale: A fixed factor on every weight (1 by default; not learned): the sum is
+            ``scale * sum_i w_i f_i``. E.g. a strength of the whole objective chosen on a
+            dev split after training (:class:`~dgn.sentence.EndToEndModel`'s
+            ``diversity_scale``).
+
     Shape:
         - features: ``(B, N, sum(widths))``
         - state: a tuple of the parts' states
@@ -623,6 +629,7 @@ class SumObjective(Objective):
         self.parts = nn.ModuleList(parts)
         self.widths = list(widths)
         self.learnable = bool(learnable)
+        self.scale = 1.0
         if self.learnable:
             self.raw_weights = nn.Parameter(w + torch.log(-torch.expm1(-w)))  # softplus(raw) = w
         else:
@@ -632,7 +639,13 @@ class SumObjective(Objective):
         return f"widths={self.widths}, learnable={self.learnable}"
 
     def weights(self, like: Tensor) -> Tensor:
-        """The nonnegative part weights ``(len(parts),)`` in ``like``'s dtype and device."""
+        """The nonnegative part weights in effect, ``scale * w`` ``(len(parts),)``, in
+        ``like``'s dtype and device."""
+        w = self.base_weights(like)
+        return w if self.scale == 1.0 else self.scale * w
+
+    def base_weights(self, like: Tensor) -> Tensor:
+        """The weights ``w`` themselves (learned or fixed), without :attr:`scale`."""
         w = F.softplus(self.raw_weights) if self.learnable else self.fixed_weights
         return w.to(dtype=like.dtype, device=like.device)
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from dgn.pipeline import Featurizer
     from dgn.sentence.finetune import EndToEndModel
 
-__all__ = ["load", "Selector", "TextSelection", "EndToEndModelSelector", "FrozenFeatureSelector", "GAIN_TYPES"]
+__all__ = ["load", "select", "Selector", "TextSelection", "EndToEndModelSelector", "FrozenFeatureSelector", "GAIN_TYPES"]
 
 #: What :attr:`TextSelection.gains` hold: a DGN head's marginal gains, a ranker head's scores.
 GAIN_TYPES = ("gain", "score")
@@ -437,6 +437,46 @@ def load(
             (one line naming the file).
     """
     return Selector.from_pretrained(path, map_location, vectors=vectors)
+
+
+#: Models :func:`select` loaded, by directory and its modification time (the last few).
+_LOADED: dict[tuple[str, int], Selector] = {}
+_LOADED_MAX = 4
+
+
+def select(
+    model: Selector | str | os.PathLike[str],
+    query: str,
+    candidates: Sequence[str],
+    k: int | None = None,
+) -> TextSelection:
+    """Pick evidence in one call: ``load(model).select(query, candidates, k)``.
+
+    Args:
+        model: A :class:`Selector`, or a model directory ``dgn train`` wrote. A directory
+            is loaded once (on the CPU) and kept while it is unchanged (its modification
+            time is part of the key: a model written again to the same directory is
+            loaded again); the last four are kept.
+        query: The claim.
+        candidates: The candidate sentences.
+        k: The number of picks (default: the model's own, :attr:`Selector.k`).
+
+    Returns:
+        A :class:`TextSelection`, as :meth:`Selector.select` returns it.
+
+    Raises:
+        DgnUserError: ``model`` is not a model directory or cannot be loaded.
+        ValueError: A bad ``k``.
+    """
+    if not isinstance(model, Selector):
+        directory = _model_directory(model).resolve()
+        key = (str(directory), directory.stat().st_mtime_ns)
+        if key not in _LOADED:
+            while len(_LOADED) >= _LOADED_MAX:
+                _LOADED.pop(next(iter(_LOADED)))
+            _LOADED[key] = load(directory)
+        model = _LOADED[key]
+    return model.select(query, candidates, k)
 
 
 def _model_directory(path: str | os.PathLike[str]) -> Path:

@@ -10,10 +10,12 @@ command's options, as the user gave them.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["TrainRequest", "train", "MODEL_OPTIONS", "TRAIN_OPTIONS", "FASTTEXT_OPTIONS"]
+__all__ = ["TrainRequest", "train", "train_selector", "MODEL_OPTIONS", "TRAIN_OPTIONS", "FASTTEXT_OPTIONS"]
 
 #: DGNConfig field -> option.
 MODEL_OPTIONS = {
@@ -401,3 +403,33 @@ def _resume_settings(
                 f"only {', '.join(TRAIN_OPTIONS[n] for n in RESUMABLE_CHANGES)} may change"
             )
     return saved
+
+
+def train_selector(
+    train: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    dev: str | os.PathLike[str] | None,
+    output: str | os.PathLike[str],
+    **options: Any,
+) -> Any:
+    """Train a model as ``dgn train`` does, from Python; :func:`dgn.load` reads what it writes.
+
+    ``dgn.train_selector("train.jsonl", "dev.jsonl", "model/", epochs=2)`` is ``dgn train
+    --train train.jsonl --dev dev.jsonl --output model/ --epochs 2``: ``options`` are
+    :class:`TrainRequest`'s fields (the command's options by their argparse names, e.g.
+    ``finetune_encoder=True``, ``features="sentence,lexical"``, ``quiet=True``).
+
+    Returns:
+        The :class:`~dgn.training.TrainResult` of the run.
+
+    Raises:
+        TypeError: An option ``dgn train`` does not have.
+        DgnUserError: As :func:`train`.
+    """
+    known = {f.name for f in fields(TrainRequest)} - {"train", "dev", "output"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"train_selector: unknown option(s) {', '.join(unknown)}; see dgn.trainer.TrainRequest")
+    files = [os.fspath(t) for t in ([train] if isinstance(train, (str, os.PathLike)) else train)]
+    request = TrainRequest(train=files, dev=None if dev is None else os.fspath(dev), output=os.fspath(output), **options)
+    result, _ = train(request)
+    return result

@@ -195,6 +195,10 @@ def _train(args: argparse.Namespace) -> int:
         print(format_metrics(result.best_metrics))
     elif how == "frozen features":
         print(f"no dev set: kept the last epoch ({result.best_epoch})")
+    scale = result.choices.get("diversity_scale")
+    if scale is not None:
+        tried = ", ".join(f"{s}: {v:.4f}" for s, v in scale["dev_scores"].items())
+        print(f"diversity scale chosen on dev: {scale['value']:g} (mean dev recall by scale: {tried})")
     seconds = f"{result.seconds:.1f} s"
     if how == "end to end":
         seconds += f", {result.seconds_per_epoch:.1f} s per epoch of training"

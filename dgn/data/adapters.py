@@ -27,6 +27,7 @@ __all__ = ["ADAPTERS", "Adapter", "DOCS_KEYWORD", "convert", "get_adapter"]
 
 Adapter = Callable[..., Iterator[Problem]]
 
+#: Adapter name -> the function that converts that dataset's files into problems (:func:`convert`).
 ADAPTERS: dict[str, Adapter] = {
     "fever": convert_fever,
     "fm2": convert_fm2,

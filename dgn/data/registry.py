@@ -94,6 +94,7 @@ class DatasetSpec:
     default_url: str | None = None
 
 
+#: Dataset name -> where its files come from and their recorded SHA-256 (:func:`locate`, :func:`download`).
 DATASETS: dict[str, DatasetSpec] = {
     "fm2": DatasetSpec(
         name="fm2",

@@ -173,7 +173,7 @@ def bm25_scores(
     """Okapi BM25 score of each candidate for the query, the candidates as the collection.
 
     Lucene's variant (Robertson et al., 1994, "Okapi at TREC-3"; as in Lucene's
-    ``BM25Similarity`` and Kamphuis et al., 2020, "Which BM25 do you mean?"):
+    ``BM25Similarity`` and Kamphuis et al., 2020, "Which BM25 do you mean?")::
 
         score(q, d) = sum_{t in q} idf(t) * tf(t, d) / (tf(t, d) + k1 * (1 - b + b * |d| / avgdl))
         idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5))

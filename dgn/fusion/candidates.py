@@ -31,6 +31,7 @@ from dgn.errors import DgnUserError
 
 __all__ = ["CANDIDATE_RANKERS", "CANDIDATE_FUSIONS", "CandidateStage", "parse_rankers", "stage_from_options"]
 
+#: The first-stage rankers a candidate stage can fuse.
 CANDIDATE_RANKERS: tuple[str, ...] = ("tfidf", "bm25", "sentence")
 #: How many of each candidate's own neighbours its lists hold for ``fg``/``fv``.
 GRAPH_L = 10

@@ -36,8 +36,8 @@ def evaluate_files(
             ``relevance`` where the data has it, else binary relevance from its gold sets.
 
     Returns:
-        ``{"recall@1": ..., ..., "count": scored problems, "missing": problems without a
-        prediction}``; with ``metrics``, one key per spec exactly as given (a metric no
+        ``{"recall@1": ..., ..., "count": n, "missing": m}``, ``n`` the problems scored
+        and ``m`` those without a prediction; with ``metrics``, one key per spec exactly as given (a metric no
         problem could score, e.g. nDCG where every relevance is zero, is NaN).
 
     Raises:

@@ -69,7 +69,8 @@ def save_model(model: Any, directory: str | os.PathLike[str], extra: dict[str, A
         "init": model.init,
         "scale": model.scale,
         "lexical": model.lexical,
-        "facility": None if model.facility is None else float(model.facility.weights(torch.zeros(1))[1].detach()),
+        "facility": None if model.facility is None else float(model.facility.base_weights(torch.zeros(1))[1].detach()),
+        "diversity_scale": model.diversity_scale,
         "dgn_config": None if model.dgn is None else model.dgn.config.to_dict(),
         "extra": model.extra if extra is None else extra,
     }
@@ -118,5 +119,10 @@ def load_model(
     except (SafetensorError, OSError) as exc:
         raise DgnUserError(f"{path / _HEAD_WEIGHTS}: cannot read weights: {one_line(exc)}") from None
     load_head_state(model, state, path / _HEAD_WEIGHTS)
+    scale = meta.get("diversity_scale", 1.0)  # models written before the field: as trained
+    try:
+        model.diversity_scale = scale
+    except (TypeError, ValueError) as exc:
+        raise DgnUserError(f"{config_path}: field 'diversity_scale': {one_line(exc)}") from None
     model.extra = meta.get("extra") or {}
     return model.to(map_location).eval()

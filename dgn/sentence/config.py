@@ -11,7 +11,7 @@ from dgn.training import (
     TrainResult,
 )
 
-__all__ = ["HEADS", "LOSSES", "DENSE_LOSSES", "INITS", "DIVERSE_COVERAGE_WEIGHT", "DEFAULT_FACILITY", "DEFAULT_INIT", "RECORDED_BEFORE", "TRAIN_BUCKET", "FinetuneConfig", "FinetuneResult", "config_from_record", "default_facility", "default_init"]
+__all__ = ["HEADS", "LOSSES", "DENSE_LOSSES", "INITS", "DIVERSE_COVERAGE_WEIGHT", "DEFAULT_FACILITY", "DIVERSITY_SCALES", "DEFAULT_INIT", "RECORDED_BEFORE", "TRAIN_BUCKET", "FinetuneConfig", "FinetuneResult", "config_from_record", "default_facility", "default_init"]
 
 HEADS = ("dgn", "listwise")
 #: The DGN head's layer-wise losses (see :class:`FinetuneConfig`).
@@ -37,6 +37,11 @@ def default_facility(head: str) -> float | None:
     return DEFAULT_FACILITY if head == "dgn" else None
 
 
+#: The diversity scales :func:`finetune` tries on the dev split after training (see
+#: :attr:`EndToEndModel.diversity_scale` and ``FinetuneConfig.diversity_scales``): none, a
+#: quarter, half, as trained, double.
+DIVERSITY_SCALES: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0, 2.0)
+
 #: How ``dgn train``'s DGN head starts by default (see :class:`EndToEndModel`): its first
 #: layer held to a cosine ranking, chosen on WiCE's dev folds over three seeds
 #: (docs/benchmarks.md, "The greedy layers against a fine-tuned ranker").
@@ -45,7 +50,7 @@ DEFAULT_INIT = "ranker"
 #: The values of :class:`FinetuneConfig` fields that a run recorded before the field existed
 #: had in effect (a record without them is read with these, not with today's defaults).
 RECORDED_BEFORE: dict[str, Any] = {"first_layer_weight": 0.0, "encoder_grad_scale": 1.0, "encoder_dropout": None,
-                                   "patience": 0, "max_grad_norm": 1.0}
+                                   "patience": 0, "max_grad_norm": 1.0, "diversity_scales": None}
 
 
 def default_init(head: str) -> str:
@@ -63,8 +68,9 @@ def config_from_record(record: dict[str, Any]) -> FinetuneConfig:
         ValueError: A value it does not accept.
     """
     fields = {**RECORDED_BEFORE, **record}
-    if "eval_ks" in fields:
-        fields["eval_ks"] = tuple(fields["eval_ks"])
+    for name in ("eval_ks", "diversity_scales"):
+        if isinstance(fields.get(name), list):
+            fields[name] = tuple(fields[name])
     return FinetuneConfig(**fields)
 
 
@@ -158,6 +164,13 @@ class FinetuneConfig:
             default: never; the learning rate decays to 0 over ``epochs`` either way).
         max_grad_norm: Clip the gradients' total 2-norm at this before each step
             (:func:`dgn.training.clip_gradients`; frozen-feature training clips at 5).
+        diversity_scales: After training, rank the dev split with the DGN head's
+            diversity terms scaled by each of these and keep the best
+            (:attr:`EndToEndModel.diversity_scale`, chosen by the mean dev recall at
+            ``eval_ks``, a tie going to the scale nearest 1); the choice is saved with the
+            model and reported (:attr:`~dgn.training.TrainResult.choices`). Default
+            :data:`DIVERSITY_SCALES`. None, or without a dev split or the facility term:
+            the model as trained (scale 1).
     """
 
     epochs: int = 1
@@ -181,6 +194,7 @@ class FinetuneConfig:
     encoder_dropout: float | None = None
     patience: int = 0
     max_grad_norm: float = 1.0
+    diversity_scales: tuple[float, ...] | None = DIVERSITY_SCALES
 
     def __post_init__(self) -> None:
         for name in ("epochs", "claims_per_step"):
@@ -228,6 +242,14 @@ class FinetuneConfig:
         c = self.max_grad_norm
         if isinstance(c, bool) or not isinstance(c, (int, float)) or not (math.isfinite(c) and c > 0):
             raise ValueError(f"FinetuneConfig.max_grad_norm must be a finite number > 0, got {c!r}")
+        scales = self.diversity_scales
+        if scales is not None and (
+            not isinstance(scales, tuple) or not scales
+            or any(isinstance(s, bool) or not isinstance(s, (int, float)) or not (math.isfinite(s) and s >= 0)
+                   for s in scales)
+        ):
+            raise ValueError("FinetuneConfig.diversity_scales must be a non-empty tuple of numbers >= 0 or None, "
+                             f"got {scales!r}")
         g = self.encoder_grad_scale
         if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g <= 1:
             raise ValueError(f"FinetuneConfig.encoder_grad_scale must be a number in [0, 1], got {g!r}")

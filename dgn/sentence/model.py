@@ -29,6 +29,7 @@ exactly.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -368,22 +369,43 @@ class EndToEndModel(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
+    @property
+    def diversity_scale(self) -> float:
+        """A fixed factor on the DGN head's diversity terms (the SCMM's and the facility
+        term's weights in their sum; 1: as trained, 0: none, the greedy then picks by the
+        modular term alone, a ranking). :func:`~dgn.sentence.finetune` chooses it on the
+        dev split after training (``FinetuneConfig.diversity_scales``); it is saved with
+        the model. Always 1 for a head without the facility-location term."""
+        return 1.0 if self.facility is None else float(self.facility.scale)
+
+    @diversity_scale.setter
+    def diversity_scale(self, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"diversity_scale must be a number >= 0, got {value!r}")
+        if self.facility is None:
+            if value != 1.0:
+                raise ValueError("diversity_scale: only a DGN head with the facility-location term has one")
+            return
+        self.facility.scale = float(value)
+
     @torch.no_grad()
     def diversity(self) -> dict[str, float | None] | None:
         """How strongly the DGN head diversifies, as it stands (after training: what it
-        learned): ``scmm`` and ``facility``, the weights of the SCMM and of the
+        learned): ``scmm`` and ``facility``, the learned weights of the SCMM and of the
         facility-location term in their sum (``facility`` None without the term, ``scmm``
-        then 1), and ``alpha``, the mean of the SCMM's coverage weights. None for the
-        listwise head, which does not diversify."""
+        then 1), ``alpha``, the mean of the SCMM's coverage weights, and ``scale``, the
+        factor on both (:attr:`diversity_scale`, chosen on dev). None for the listwise
+        head, which does not diversify."""
         if self.dgn is None:
             return None
         like = torch.zeros(self.dgn.config.encoded_features, dtype=next(self.dgn.parameters()).dtype)
         alpha = self.dgn.objective.weights(like)
-        weights = None if self.facility is None else self.facility.weights(like)
+        weights = None if self.facility is None else self.facility.base_weights(like)
         return {
             "scmm": 1.0 if weights is None else float(weights[0]),
             "facility": None if weights is None else float(weights[1]),
             "alpha": 1.0 if alpha is None else float(alpha.mean()),
+            "scale": self.diversity_scale,
         }
 
 

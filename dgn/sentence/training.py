@@ -31,7 +31,7 @@ from dgn.sentence.config import (
     default_init,
 )
 from dgn.sentence.model import EndToEndModel
-from dgn.sentence.predict import cut_candidates, rank_problems
+from dgn.sentence.predict import choose_diversity_scale, cut_candidates, rank_problems
 from dgn.training import (
     END_TO_END_KIND,
     Task,
@@ -231,16 +231,25 @@ def finetune(
         extra_state: JSON-like values stored in the state (e.g. the run's files).
 
     Returns:
-        A :class:`FinetuneResult`; ``model`` holds the best epoch's weights, in eval mode.
+        A :class:`FinetuneResult`; ``model`` holds the best epoch's weights, in eval mode,
+        at the diversity scale chosen on ``dev`` (``config.diversity_scales``; the choice
+        is in the result's ``choices``). ``on_best`` saw the model before that choice.
 
     Raises:
         DgnUserError: No training problem with gold, a global batch smaller than the
             number of processes, ``resume`` from a state of another model or config,
             or ``config.freeze_layers`` more than the transformer has.
     """
-    task = EndToEndTask(model, train, dev, config or FinetuneConfig())
-    return fit(task, on_best=on_best, on_step=on_step, progress=progress, state_path=state_path, resume=resume,
-               save_every=save_every, extra_state=extra_state)
+    config = config or FinetuneConfig()
+    task = EndToEndTask(model, train, dev, config)
+    result = fit(task, on_best=on_best, on_step=on_step, progress=progress, state_path=state_path, resume=resume,
+                 save_every=save_every, extra_state=extra_state)
+    if config.diversity_scales is not None and dev and model.facility is not None:
+        scale, scores = choose_diversity_scale(model, dev, config.diversity_scales, ks=config.eval_ks,
+                                               top_l=config.top_l)
+        model.diversity_scale = scale
+        result.choices["diversity_scale"] = {"value": scale, "dev_scores": {f"{s:g}": v for s, v in scores.items()}}
+    return result
 
 
 def bottom_modules(model: EndToEndModel, layers: int) -> list[nn.Module]:
@@ -490,5 +499,8 @@ def train_end_to_end(
         model, train_problems, dev_problems, cfg, on_best=save, on_step=on_step, progress=progress,
         state_path=out / STATE_NAME, resume=saved is not None, save_every=save_every, extra_state={**inputs, **files},
     )
+    if result.choices and main:
+        # the best epoch was saved before the choice: save it again with the scale chosen
+        save(model, result.best_epoch, result.best_metrics)
     write_history(out, result, train_config=cfg, **inputs, model_type=END_TO_END_KIND, device=str(where))
     return result

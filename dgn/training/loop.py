@@ -46,7 +46,9 @@ class TrainResult:
 
     ``seconds`` is the whole run's time (dev evaluations included, over resumes);
     ``seconds_per_epoch`` the training steps' time per epoch run, without the dev
-    evaluation."""
+    evaluation. ``choices``: settings chosen on the dev split after training, by name,
+    each with what chose it (e.g. ``{"diversity_scale": {"value": 0.5, "dev_scores":
+    {...}}}`` from :func:`dgn.sentence.finetune`); empty when nothing was chosen."""
 
     best_epoch: int
     best_score: float
@@ -54,6 +56,7 @@ class TrainResult:
     history: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     seconds_per_epoch: float = 0.0
+    choices: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
