@@ -431,5 +431,8 @@ def train_selector(
         raise TypeError(f"train_selector: unknown option(s) {', '.join(unknown)}; see dgn.trainer.TrainRequest")
     files = [os.fspath(t) for t in ([train] if isinstance(train, (str, os.PathLike)) else train)]
     request = TrainRequest(train=files, dev=None if dev is None else os.fspath(dev), output=os.fspath(output), **options)
-    result, _ = train(request)
+    result, _ = _train(request)
     return result
+
+
+_train = train  # train_selector's parameter ``train`` (the files) hides the function

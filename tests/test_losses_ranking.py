@@ -143,3 +143,20 @@ def test_modules_and_mixing() -> None:
 def test_bad_inputs(call: object, needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
         call()  # type: ignore[operator]
+
+
+def test_module_forms_are_named_as_their_functions_and_compute_them():
+    from dgn.losses import (
+        LayerwiseApproxNDCG,
+        LayerwiseApproxNDCGLoss,
+        SetRecallCrossEntropy,
+        gold_set_tensor,
+        set_recall_cross_entropy,
+    )
+
+    assert LayerwiseApproxNDCG is LayerwiseApproxNDCGLoss  # the old name, kept
+    g = torch.Generator().manual_seed(3)
+    states = torch.randn(2, 3, 6, generator=g, dtype=torch.float64)
+    sets = gold_set_tensor([[[0, 2]], [[1], [3, 4]]], 6)
+    for reduction in ("mean", "sum", "none"):
+        assert torch.equal(SetRecallCrossEntropy(reduction)(states, sets), set_recall_cross_entropy(states, sets, reduction=reduction))

@@ -290,3 +290,43 @@ def test_import_dgn_and_the_load_name_stay_light():
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_dgn_select_picks_as_the_loaded_selector_and_loads_a_directory_once(models, monkeypatch):
+    import dgn.selector as selector_module
+
+    path = models["frozen-dgn"]
+    problem = PROBLEMS[0]
+    want = dgn.load(path).select(problem.query, problem.candidates, k=3)
+    loads = []
+    real = selector_module.load
+    monkeypatch.setattr(selector_module, "load", lambda p, *a, **kw: loads.append(p) or real(p, *a, **kw))
+    monkeypatch.setattr(selector_module, "_LOADED", {})
+    for _ in range(2):
+        got = dgn.select(path, problem.query, problem.candidates, k=3)
+        assert got.indices == want.indices and got.gains == pytest.approx(want.gains)
+    assert len(loads) == 1
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))  # written again
+    dgn.select(str(path), problem.query, problem.candidates, k=3)
+    assert len(loads) == 2
+    loaded = dgn.load(path)
+    assert dgn.select(loaded, problem.query, problem.candidates).indices == loaded.select(problem.query, problem.candidates).indices
+    assert len(loads) == 2  # a Selector given is used as it is
+    with pytest.raises(DgnUserError, match="model directory not found"):
+        dgn.select(models["root"] / "nowhere", problem.query, problem.candidates)
+
+
+def test_dgn_train_selector_is_dgn_train_from_python(models, tmp_path):
+    from dgn.trainer import TrainRequest, train
+
+    data = models["root"] / "train.jsonl"
+    result = dgn.train_selector(data, None, tmp_path / "a", features="lexical", epochs=1, quiet=True)
+    same, how = train(TrainRequest(train=[str(data)], output=str(tmp_path / "b"), features="lexical", epochs=1,
+                                   quiet=True))
+    assert how == "frozen features" and len(result.history) == 1
+    assert result.history[0]["train_loss"] == pytest.approx(same.history[0]["train_loss"], rel=1e-6)
+    problem = PROBLEMS[2]
+    assert (dgn.load(tmp_path / "a").select(problem.query, problem.candidates, k=3).indices
+            == dgn.load(tmp_path / "b").select(problem.query, problem.candidates, k=3).indices)
+    with pytest.raises(TypeError, match="unknown option.*epoch_count"):
+        dgn.train_selector(data, None, tmp_path / "c", epoch_count=2)
