@@ -82,6 +82,11 @@ def main() -> None:
     parser.add_argument("--claims-per-step", type=int, default=1,
                         help="problems per optimiser step (FinetuneConfig.claims_per_step; under torchrun "
                         "the global batch, so N processes need N or more)")
+    parser.add_argument("--diversity-scales", default="none",
+                        help="the DGN head's diversity scales tried on dev after training (FinetuneConfig."
+                        "diversity_scales): 'none' (default, the study's base: the model as trained), 'default' "
+                        "(dgn train's: dgn.sentence.config.DIVERSITY_SCALES) or comma-separated numbers; the record "
+                        "then holds the test picks as trained too")
     parser.add_argument("--folds", type=int, default=None, help="cross-validate (WiCE) instead of the fixed splits")
     parser.add_argument("--top-l", type=int, default=FinetuneConfig().top_l,
                         help="cut problems to their L BM25-best candidates (default: FinetuneConfig's, 24; 0: none)")
@@ -112,9 +117,13 @@ def main() -> None:
         load_sentence_model,
         rank_problems,
     )
+    from dgn.sentence.config import DIVERSITY_SCALES
     from dgn.sentence.encoder import embedding_dim
     from dgn.sentence.finetune import DEFAULT_FACILITY, _default_dgn_config
 
+    scales = {"none": None, "default": DIVERSITY_SCALES}.get(args.diversity_scales)
+    if scales is None and args.diversity_scales != "none":
+        scales = tuple(float(s) for s in args.diversity_scales.split(","))
     if args.facility is None:
         args.facility = DEFAULT_FACILITY
     args.facility = args.facility or None  # 0: no facility-location term
@@ -148,11 +157,14 @@ def main() -> None:
             cut += f"-drop{args.encoder_dropout:g}" if args.encoder_dropout is not None else ""
             cut += f"-elr{args.encoder_lr:g}" if args.encoder_lr != BASE_ENCODER_LR else ""
             cut += "".join(f"-plus-{d}" for d in extra_sets)
+            if head == "dgn" and scales is not None:
+                cut += "-divdev" if scales == DIVERSITY_SCALES else "-div" + "_".join(f"{s:g}" for s in scales)
             name = f"{args.dataset}{'-cv' + str(args.folds) if args.folds else ''}-{head}{tag}{cut}-seed{seed}"
             target = out / f"{name}.json"
             if target.exists():
                 continue
             rankings, golds, ids, train_seconds, test_seconds, fits = [], [], [], 0.0, 0.0, []
+            as_trained: list[list[int]] = []  # with a diversity choice: the test picks at scale 1
             for paths in splits:
                 train, dev, test = (list(read_problems(paths[n])) for n in ("train", "dev", "test"))
                 train += extra_train
@@ -173,11 +185,16 @@ def main() -> None:
                                     claims_per_step=args.claims_per_step, encoder_lr=args.encoder_lr,
                                     encoder_dropout=args.encoder_dropout,
                                     first_layer_weight=args.first_layer_weight if head == "dgn" else 0.0,
-                                    encoder_grad_scale=args.encoder_grad_scale if head == "dgn" else 1.0)
+                                    encoder_grad_scale=args.encoder_grad_scale if head == "dgn" else 1.0,
+                                    diversity_scales=scales if head == "dgn" else None)
                 t0 = time.perf_counter()
                 fits.append(finetune(model, train, dev, ft, progress=False).to_dict())
                 t1 = time.perf_counter()
                 rankings += rank_problems(model, test, 7, top_l=args.top_l, progress=False)
+                if "diversity_scale" in fits[-1]["choices"]:
+                    chosen, model.diversity_scale = model.diversity_scale, 1.0
+                    as_trained += rank_problems(model, test, 7, top_l=args.top_l, progress=False)
+                    model.diversity_scale = chosen
                 golds += [p.gold for p in test]
                 ids += [p.id for p in test]
                 train_seconds += t1 - t0
@@ -192,6 +209,11 @@ def main() -> None:
                 "data": str(splits[0]["test"].parent.parent if args.folds else splits[0]["test"]),
                 "ids": ids, "rankings": rankings,
             }
+            if as_trained:
+                record["rankings_as_trained"] = as_trained
+                record["test_as_trained"] = evaluate_rankings(as_trained, golds, ks=KS,
+                                                              names=("recall", "precision", "f1", "strict"))
+                record["diversity_scales"] = [f["choices"]["diversity_scale"]["value"] for f in fits]
             target.write_text(json.dumps(record, indent=2))
             print(name, " ".join(f"R@{k} {metrics[f'recall@{k}']:.3f} P@{k} {metrics[f'precision@{k}']:.3f}"
                                  for k in KS), f"{train_seconds:.0f}s", flush=True)
