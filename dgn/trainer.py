@@ -317,11 +317,7 @@ def _finetune(
         elif lexical != saved["model_config"]["lexical"]:
             raise DgnUserError(f"--features {request.features}: the run being resumed trained on "
                                f"{'sentence,lexical' if saved['model_config']['lexical'] else 'sentence'}")
-        if request.encoder_model is not None and (
-            resolve_model_path(request.encoder_model) != resolve_model_path(saved["encoder_model"])
-        ):
-            raise DgnUserError(f"--encoder-model {request.encoder_model}: the run being resumed fine-tuned "
-                               f"{saved.get('encoder_model') or DEFAULT_MODEL}")
+        # --encoder-model against the run's: train_end_to_end checks it (the run's may have moved)
     else:
         from dgn._paths import train_file_list
 

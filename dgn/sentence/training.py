@@ -425,9 +425,18 @@ def train_end_to_end(
         for name, given, before in (("head", head, recorded["head"]), ("lexical", lexical, recorded["lexical"])):
             if given is not None and given != before:
                 raise DgnUserError(f"{name} {given!r}: the run being resumed used {before!r}")
-        if encoder_model is not None and resolve_model_path(encoder_model) != resolve_model_path(saved["encoder_model"]):
-            raise DgnUserError(f"encoder_model {str(encoder_model)!r}: the run being resumed fine-tuned "
-                               f"{saved['encoder_model'] or DEFAULT_MODEL!r}")
+        recorded_encoder = saved["encoder_model"]
+        if recorded_encoder is not None and not Path(recorded_encoder).exists() and recorded_encoder != DEFAULT_MODEL:
+            # the encoder directory the run started from has moved: its weights are in the
+            # state, so the same model from another path will do (the shapes are checked)
+            if encoder_model is None:
+                raise DgnUserError(f"--encoder-model: the run's sentence encoder {recorded_encoder} is gone; pass "
+                                   "--encoder-model PATH (the same model, moved)")
+            resolve_model_path(encoder_model)
+            saved["encoder_model"] = str(encoder_model)
+        elif encoder_model is not None and resolve_model_path(encoder_model) != resolve_model_path(recorded_encoder):
+            raise DgnUserError(f"--encoder-model {encoder_model}: the run being resumed fine-tuned "
+                               f"{recorded_encoder or DEFAULT_MODEL}")
         had = bool(recorded.get("facility", False))
         if facility != "default" and (facility is not None) != had:
             raise DgnUserError(f"facility {facility!r}: the run being resumed had "
