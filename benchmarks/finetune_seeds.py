@@ -117,7 +117,7 @@ def main() -> None:
         load_sentence_model,
         rank_problems,
     )
-    from dgn.sentence.config import DIVERSITY_SCALES
+    from dgn.sentence.config import DIVERSITY_SCALES, RENAMED_LOSSES
     from dgn.sentence.encoder import embedding_dim
     from dgn.sentence.finetune import DEFAULT_FACILITY, _default_dgn_config
 
@@ -180,7 +180,8 @@ def main() -> None:
                         config = replace(config, init_weight=args.coverage_weight)
                 model = EndToEndModel(encoder, head, config, init=args.init, lexical=args.lexical,
                                          facility=args.facility if head == "dgn" else None)
-                ft = FinetuneConfig(seed=seed, loss=loss, epochs=args.epochs, top_l=args.top_l,
+                # the study's run names keep the loss names of their time ('soft_label': today's 'listwise')
+                ft = FinetuneConfig(seed=seed, loss=RENAMED_LOSSES.get(loss, loss), epochs=args.epochs, top_l=args.top_l,
                                     freeze_layers=args.freeze_layers, grad_candidates=args.grad_candidates,
                                     claims_per_step=args.claims_per_step, encoder_lr=args.encoder_lr,
                                     encoder_dropout=args.encoder_dropout,

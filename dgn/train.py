@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
-from dgn._choices import MODEL_TYPES, one_of
+from dgn._choices import FROZEN_LOSSES, GRADED_LOSSES, MODEL_TYPES, one_of
 from dgn._paths import model_directory, one_train_file, resumed_run_files, train_file_list
 from dgn.baselines import EncoderScorer
 from dgn.errors import DgnUserError
@@ -64,7 +64,7 @@ __all__ = [
 ]
 
 #: Training losses (what each means for the DGN and for the encoder scorers: :func:`training_loss`).
-LOSSES = ("layerwise", "sparse_ce", "soft_label", "approx_ndcg")
+LOSSES = FROZEN_LOSSES
 #: TrainConfig fields a resumed run may change (they only decide when to stop).
 RESUMABLE_CHANGES = ("epochs", "patience", "compile")
 #: The DGNConfig fields an encoder scorer reads (:func:`train_from_files`).
@@ -84,8 +84,11 @@ class TrainConfig:
         patience: Stop after this many epochs without a better dev score (0: never).
         loss: One of :data:`LOSSES` (see :func:`training_loss`): ``"layerwise"`` (the
             paper's: layer-wise cross entropy for the DGN, weighted binary cross entropy
-            for the encoder scorers), ``"sparse_ce"`` (cross entropy against the binary
-            gold: layer-wise for the DGN, listwise for the encoders), ``"soft_label"``
+            for the encoder scorers), ``"listwise"`` (cross entropy against the binary
+            gold spread evenly over what is not yet picked, ``gold / |gold|``: per layer
+            for the DGN, over the one ranking for the encoders), ``"sparse_ce"`` (the
+            model's own cross entropy on the binary gold: layer-wise for the DGN,
+            listwise for the encoders), ``"soft_label"``
             (soft-label cross entropy against the graded relevance) or ``"approx_ndcg"``
             (ApproxNDCG, Qin, Liu and Li, 2010).
         sparse_weight: Add ``sparse_weight`` times the sparse loss (``"sparse_ce"``) to a
@@ -157,7 +160,7 @@ class TrainConfig:
         if not (isinstance(self.sparse_weight, (int, float)) and math.isfinite(self.sparse_weight)
                 and self.sparse_weight >= 0):
             raise ValueError(f"TrainConfig.sparse_weight must be a finite number >= 0, got {self.sparse_weight!r}")
-        if self.sparse_weight and self.loss not in ("soft_label", "approx_ndcg"):
+        if self.sparse_weight and self.loss not in GRADED_LOSSES:
             raise ValueError(
                 f"TrainConfig.sparse_weight mixes a sparse term into a graded loss ('soft_label' or "
                 f"'approx_ndcg'); loss {self.loss!r} is already sparse"
@@ -195,6 +198,7 @@ def training_loss(model: Model, batch: Batch, config: TrainConfig, pos_weight: f
     ``config.loss``           DGN (layer logits ``(B, K, N)``)       encoder scorers (logits ``(B, N)``)
     ========================  ====================================  ======================================
     ``"layerwise"``           layer-wise cross entropy (the paper)   weighted binary cross entropy (the paper)
+    ``"listwise"``            layer-wise soft-label CE on the gold   listwise cross entropy, target gold/#gold
     ``"sparse_ce"``           layer-wise cross entropy               listwise cross entropy, target gold/#gold
     ``"soft_label"``          layer-wise soft-label cross entropy    soft cross entropy, target r / sum(r)
     ``"approx_ndcg"``         layer-wise ApproxNDCG                  ApproxNDCG
@@ -219,6 +223,8 @@ def training_loss(model: Model, batch: Batch, config: TrainConfig, pos_weight: f
         def one(name: str) -> torch.Tensor:
             if name in ("layerwise", "sparse_ce"):
                 return layerwise_cross_entropy(logits, batch.gold)
+            if name == "listwise":
+                return soft_label_cross_entropy(logits, gold)
             if name == "soft_label":
                 return soft_label_cross_entropy(logits, batch.relevance)
             return losses.layerwise_approx_ndcg_loss(
@@ -233,7 +239,7 @@ def training_loss(model: Model, batch: Batch, config: TrainConfig, pos_weight: f
                 return F.binary_cross_entropy_with_logits(
                     logits[m], gold[m], pos_weight=torch.tensor(pos_weight, device=logits.device)
                 )
-            if name == "sparse_ce":
+            if name in ("sparse_ce", "listwise"):
                 return losses.soft_cross_entropy(logits, gold, mask=m)
             if name == "soft_label":
                 return losses.soft_cross_entropy(logits, batch.relevance, mask=m)

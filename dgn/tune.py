@@ -19,11 +19,14 @@ from dgn.errors import DgnUserError
 
 __all__ = ["CARD_LOSSES", "finetune_checkpoint", "finetune_end_to_end"]
 
-#: The model card's loss names -> :data:`dgn.train.LOSSES`.
-CARD_LOSSES = {"soft_ce": "soft_label", "approx_ndcg": "approx_ndcg", "sparse_ce": "sparse_ce"}
-#: The model card's loss names -> ``FinetuneConfig.dense_loss`` of an end-to-end model
+#: ``dgn finetune --loss`` -> :data:`dgn.train.LOSSES`: the library's names
+#: (:data:`dgn._choices.LOSSES`), and the model card's ``soft_ce`` for ``soft_label``.
+CARD_LOSSES = {"soft_ce": "soft_label", "soft_label": "soft_label", "approx_ndcg": "approx_ndcg",
+               "sparse_ce": "sparse_ce"}
+#: ``dgn finetune --loss`` -> ``FinetuneConfig.dense_loss`` of an end-to-end model
 #: (``sparse_ce``: none, the head's own loss on the gold).
-_END_TO_END_DENSE = {"soft_ce": "soft_label", "approx_ndcg": "approx_ndcg", "sparse_ce": None}
+_END_TO_END_DENSE = {"soft_ce": "soft_label", "soft_label": "soft_label", "approx_ndcg": "approx_ndcg",
+                     "sparse_ce": None}
 
 
 def finetune_checkpoint(
@@ -61,7 +64,8 @@ def finetune_checkpoint(
             where absent).
         output_dir: Where the fine-tuned checkpoint goes (may not be the source directory).
         dev: Selection JSONL for early stopping.
-        loss: ``"soft_ce"``, ``"approx_ndcg"`` or ``"sparse_ce"`` (:data:`CARD_LOSSES`).
+        loss: ``"soft_ce"`` (the model card's name of ``"soft_label"``), ``"soft_label"``,
+            ``"approx_ndcg"`` or ``"sparse_ce"`` (:data:`CARD_LOSSES`).
         sparse_weight: Weight of the sparse term added to a dense loss.
         learning_rate: Adam learning rate (default: the checkpoint's); of an end-to-end
             model, the transformer's.

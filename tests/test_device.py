@@ -744,7 +744,7 @@ def _e2e_problems():
     return [Problem(f"p{i}", q, c, g) for i, (q, c, g) in enumerate(_PROBLEMS)]
 
 
-@pytest.mark.parametrize("loss", ["soft_label", "set_recall"])
+@pytest.mark.parametrize("loss", ["listwise", "set_recall"])
 def test_end_to_end_training_step_on_device_equals_cpu(loss):
     """dgn.sentence on the device: one step's loss and every gradient (the transformer's
     embeddings, the lexical and gold tensors, the gold sets of set_recall moved there), then

@@ -127,10 +127,10 @@ DGN_CASES = [
      lambda lg, m, g, r: layerwise_approx_ndcg_loss(lg, r, temperature=0.5, k=2)),
     ({"dense_loss": "approx_ndcg", "sparse_weight": 0.5, "loss": "layerwise"},
      lambda lg, m, g, r: layerwise_approx_ndcg_loss(lg, r) + 0.5 * layerwise_cross_entropy(lg, g)),
-    ({"dense_loss": "soft_label", "sparse_weight": 2.0, "loss": "soft_label"},
+    ({"dense_loss": "soft_label", "sparse_weight": 2.0, "loss": "listwise"},
      lambda lg, m, g, r: soft_label_cross_entropy(lg, r) + 2.0 * soft_label_cross_entropy(lg, g.float())),
     # dgn train's defaults: the sparse term carries the first layer's term once more
-    ({"dense_loss": "soft_label", "sparse_weight": 0.5, "loss": "soft_label", "first_layer_weight": 1.0,
+    ({"dense_loss": "soft_label", "sparse_weight": 0.5, "loss": "listwise", "first_layer_weight": 1.0,
       "encoder_grad_scale": 0.0},
      lambda lg, m, g, r: soft_label_cross_entropy(lg, r) + 0.5 * (
          soft_label_cross_entropy(lg, g.float()) + soft_label_cross_entropy(lg[:, :1], g.float()))),

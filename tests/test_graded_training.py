@@ -260,7 +260,7 @@ def test_finetune_errors(
         assert len(err.splitlines()) == 1 and needle in err, err
     # argparse's errors: exit status 2 and the usage, then the one line naming the option
     for option, needle in (
-        (["--loss", "ndcg"], "argument --loss: invalid choice: 'ndcg' (choose from 'soft_ce', 'approx_ndcg', 'sparse_ce')"),
+        (["--loss", "ndcg"], "argument --loss: invalid choice: 'ndcg' (choose from 'soft_ce', 'soft_label', 'approx_ndcg', 'sparse_ce')"),
         (["--sparse_weight", "-1"], "argument --sparse_weight/--sparse-weight: expected a finite number >= 0, got -1"),
     ):
         with pytest.raises(SystemExit) as exc:

@@ -38,7 +38,8 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     p.add_argument("--output_dir", "--output-dir", dest="output_dir", required=True,
                    help="model directory to write (not the source directory)")
     p.add_argument("--loss", choices=tuple(CARD_LOSSES), default="soft_ce",
-                   help="soft_ce (soft-label cross entropy on the grades, default), approx_ndcg, or sparse_ce "
+                   help="soft_ce (the model card's name of soft_label: soft-label cross entropy on the grades, "
+                   "default), soft_label (the same), approx_ndcg, or sparse_ce "
                    "(cross entropy on the binary gold)")
     p.add_argument("--sparse_weight", "--sparse-weight", dest="sparse_weight", type=types["nonnegative_float"],
                    default=0.0, help="add this times sparse_ce to a dense loss (default 0)")

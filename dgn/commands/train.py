@@ -157,9 +157,10 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     t.add_argument("--patience", type=nonneg_int, default=None, help="early-stopping patience in epochs (0: never stop)")
     t.add_argument(
         "--loss", default=None,
-        help="end to end (the default): set_recall (default), soft_label or layerwise, see dgn.sentence.FinetuneConfig; "
-        "on --features: layerwise (the paper's), sparse_ce, soft_label (graded relevance) or approx_ndcg, see "
-        "dgn.train.training_loss",
+        help="one vocabulary (docs/losses.md): layerwise (the paper's), listwise (the gold spread evenly over each "
+        "layer), set_recall (the picks that raise recall), sparse_ce (the model's own loss on the gold), soft_label "
+        "and approx_ndcg (graded relevance). End to end (the default) takes set_recall (default), listwise or "
+        "layerwise; on --features: layerwise (default), listwise, sparse_ce, soft_label or approx_ndcg",
     )
     t.add_argument("--sparse-weight", type=_float, default=None,
                    help="add this times the sparse loss to a graded one (soft_label, approx_ndcg)")

@@ -6,18 +6,21 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dgn._choices import END_TO_END_INITS
+from dgn._choices import END_TO_END_INITS, END_TO_END_LOSSES, GRADED_LOSSES
 from dgn.training import (
     TrainResult,
 )
 
-__all__ = ["HEADS", "LOSSES", "DENSE_LOSSES", "INITS", "DIVERSE_COVERAGE_WEIGHT", "DEFAULT_FACILITY", "DIVERSITY_SCALES", "DEFAULT_INIT", "RECORDED_BEFORE", "TRAIN_BUCKET", "FinetuneConfig", "FinetuneResult", "config_from_record", "default_facility", "default_init"]
+__all__ = ["HEADS", "LOSSES", "DENSE_LOSSES", "INITS", "DIVERSE_COVERAGE_WEIGHT", "DEFAULT_FACILITY", "DIVERSITY_SCALES", "DEFAULT_INIT", "RECORDED_BEFORE", "RENAMED_LOSSES", "TRAIN_BUCKET", "FinetuneConfig", "FinetuneResult", "config_from_record", "default_facility", "default_init"]
 
 HEADS = ("dgn", "listwise")
-#: The DGN head's layer-wise losses (see :class:`FinetuneConfig`).
-LOSSES = ("soft_label", "layerwise", "set_recall")
+#: The DGN head's layer-wise losses on the gold (see :class:`FinetuneConfig`; the names are
+#: :data:`dgn._choices.LOSSES`'s).
+LOSSES = END_TO_END_LOSSES
 #: The graded (dense) losses on the problems' ``relevance`` (see :class:`FinetuneConfig`).
-DENSE_LOSSES = ("soft_label", "approx_ndcg")
+DENSE_LOSSES = GRADED_LOSSES
+#: ``FinetuneConfig.loss`` names of runs recorded before the one vocabulary -> today's.
+RENAMED_LOSSES = {"soft_label": "listwise"}
 #: How the DGN head starts (see :class:`EndToEndModel`).
 INITS = END_TO_END_INITS
 #: The diverse start's SCMM weights alpha (see :class:`EndToEndModel`).
@@ -68,6 +71,7 @@ def config_from_record(record: dict[str, Any]) -> FinetuneConfig:
         ValueError: A value it does not accept.
     """
     fields = {**RECORDED_BEFORE, **record}
+    fields["loss"] = RENAMED_LOSSES.get(fields.get("loss"), fields.get("loss", "set_recall"))
     for name in ("eval_ks", "diversity_scales"):
         if isinstance(fields.get(name), list):
             fields[name] = tuple(fields[name])
@@ -103,13 +107,15 @@ class FinetuneConfig:
         loss: The DGN head's layer-wise loss: ``"set_recall"`` (default; each layer's
             target is the items that raise recall, the best coverage of one of the
             alternative gold sets, the most: :func:`~dgn.losses.set_recall_cross_entropy`;
-            the listwise head takes its first layer's target), ``"soft_label"`` (each
+            the listwise head takes its first layer's target), ``"listwise"`` (each
             layer's target is the gold not yet picked, ``gold / |gold|``; at the first
-            layer this is the listwise head's loss on the union of the gold sets) or
+            layer this is the listwise head's loss on the union of the gold sets; called
+            ``"soft_label"`` before the loss names became one vocabulary, where
+            ``"soft_label"`` is the graded loss, ``dense_loss`` here) or
             ``"layerwise"`` (the paper's eq. 5, each open gold item as if it were the
             only correct one). ``"set_recall"`` had the best mean dev recall for both
             heads in 5-fold cross-validation on WiCE (docs/benchmarks.md); on problems
-            with one gold set it equals ``"soft_label"``.
+            with one gold set it equals ``"listwise"``.
         first_layer_weight: Weight of an extra copy of the first layer's term in the DGN
             head's loss (default 1; 0: none): more weight on the first pick, which is a
             plain listwise ranking.
@@ -205,6 +211,10 @@ class FinetuneConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"FinetuneConfig.{name} must be a number >= 0, got {value!r}")
+        if self.loss in GRADED_LOSSES:
+            raise ValueError(f"FinetuneConfig.loss={self.loss!r} is a graded loss: set dense_loss={self.loss!r} to "
+                             "train on the grades" + (", or loss='listwise' for the gold spread evenly over each "
+                             "layer (what 'soft_label' named here before)" if self.loss == "soft_label" else ""))
         if self.loss not in LOSSES:
             raise ValueError(f"FinetuneConfig.loss must be one of {LOSSES}, got {self.loss!r}")
         w = self.first_layer_weight

@@ -42,7 +42,7 @@ def head_loss(
         query, sentences, mask: As :meth:`EndToEndModel.score <dgn.sentence.EndToEndModel.score>` takes them.
         gold: ``(B, N)`` bool, the union of the gold sets.
         loss: The DGN head's layer-wise loss, as :class:`FinetuneConfig` names it:
-            ``"soft_label"``, ``"layerwise"`` or ``"set_recall"``
+            ``"listwise"``, ``"layerwise"`` or ``"set_recall"``
             (:func:`~dgn.losses.set_recall_cross_entropy`, which needs
             ``gold_sets``). The listwise head takes ``"set_recall"`` as its one
             layer's target too, and any other value as ``gold / |gold|``.
@@ -85,7 +85,7 @@ def head_loss(
         if loss == "set_recall":
             assert gold_sets is not None
             return set_recall_cross_entropy(logits, gold_sets)
-        if loss == "soft_label" or model.dgn is None:
+        if loss == "listwise" or model.dgn is None:
             return soft_label_cross_entropy(logits, gold.to(logits.dtype))
         return layerwise_cross_entropy(logits, gold)
 
