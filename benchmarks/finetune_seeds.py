@@ -165,6 +165,7 @@ def main() -> None:
                 continue
             rankings, golds, ids, train_seconds, test_seconds, fits = [], [], [], 0.0, 0.0, []
             as_trained: list[list[int]] = []  # with a diversity choice: the test picks at scale 1
+            learned: list[Any] = []  # the DGN head's learned diversity weights, per split
             for paths in splits:
                 train, dev, test = (list(read_problems(paths[n])) for n in ("train", "dev", "test"))
                 train += extra_train
@@ -192,6 +193,7 @@ def main() -> None:
                 fits.append(finetune(model, train, dev, ft, progress=False).to_dict())
                 t1 = time.perf_counter()
                 rankings += rank_problems(model, test, 7, top_l=args.top_l, progress=False)
+                learned.append(model.diversity())
                 if "diversity_scale" in fits[-1]["choices"]:
                     chosen, model.diversity_scale = model.diversity_scale, 1.0
                     as_trained += rank_problems(model, test, 7, top_l=args.top_l, progress=False)
@@ -210,6 +212,7 @@ def main() -> None:
                 "data": str(splits[0]["test"].parent.parent if args.folds else splits[0]["test"]),
                 "ids": ids, "rankings": rankings,
             }
+            record["diversity"] = learned
             if as_trained:
                 record["rankings_as_trained"] = as_trained
                 record["test_as_trained"] = evaluate_rankings(as_trained, golds, ks=KS,

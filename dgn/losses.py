@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -318,40 +318,38 @@ def gold_set_tensor(gold: list[list[list[int]]], n: int, device: torch.device | 
     return out if device is None else out.to(device)
 
 
-class LayerwiseCrossEntropy(nn.Module):
-    """Module form of :func:`layerwise_cross_entropy`."""
+class _LayerwiseLoss(nn.Module):
+    """A layer-wise loss's module form: its ``reduction`` and ``from_logits`` kept, the
+    function of the same name (:attr:`function`) applied in ``forward``."""
+
+    function: Any  # set by each subclass (a staticmethod)
 
     def __init__(self, reduction: Reduction = "mean", from_logits: bool = True) -> None:
         super().__init__()
         self.reduction = reduction
         self.from_logits = from_logits
 
-    def forward(self, states: Tensor, gold: Tensor, indices: Tensor | None = None) -> Tensor:
-        return layerwise_cross_entropy(states, gold, indices, self.reduction, self.from_logits)
+    def forward(self, states: Tensor, target: Tensor, indices: Tensor | None = None) -> Tensor:
+        return self.function(states, target, indices, self.reduction, self.from_logits)
 
 
-class SetRecallCrossEntropy(nn.Module):
-    """Module form of :func:`set_recall_cross_entropy` (the end-to-end DGN's default loss)."""
+class LayerwiseCrossEntropy(_LayerwiseLoss):
+    """Module form of :func:`layerwise_cross_entropy` (``target``: the gold, ``(B, N)``)."""
 
-    def __init__(self, reduction: Reduction = "mean", from_logits: bool = True) -> None:
-        super().__init__()
-        self.reduction = reduction
-        self.from_logits = from_logits
-
-    def forward(self, states: Tensor, gold_sets: Tensor, indices: Tensor | None = None) -> Tensor:
-        return set_recall_cross_entropy(states, gold_sets, indices, self.reduction, self.from_logits)
+    function = staticmethod(layerwise_cross_entropy)
 
 
-class SoftLabelCrossEntropy(nn.Module):
-    """Module form of :func:`soft_label_cross_entropy`."""
+class SetRecallCrossEntropy(_LayerwiseLoss):
+    """Module form of :func:`set_recall_cross_entropy` (the end-to-end DGN's default loss;
+    ``target``: the gold sets, ``(B, G, N)``)."""
 
-    def __init__(self, reduction: Reduction = "mean", from_logits: bool = True) -> None:
-        super().__init__()
-        self.reduction = reduction
-        self.from_logits = from_logits
+    function = staticmethod(set_recall_cross_entropy)
 
-    def forward(self, states: Tensor, relevance: Tensor, indices: Tensor | None = None) -> Tensor:
-        return soft_label_cross_entropy(states, relevance, indices, self.reduction, self.from_logits)
+
+class SoftLabelCrossEntropy(_LayerwiseLoss):
+    """Module form of :func:`soft_label_cross_entropy` (``target``: the relevance, ``(B, N)``)."""
+
+    function = staticmethod(soft_label_cross_entropy)
 
 
 # -- one ranking layer: soft cross entropy and ApproxNDCG ---------------------------------
