@@ -180,6 +180,87 @@ def summary(output: Path) -> None:
                 _line(keys, split, f"DGN s={s}", [r["splits"][split][str(s)] for r in dgn])
 
 
+def _wice(records_dir: Path | None) -> list[dict[str, Any]]:
+    """``benchmarks/finetune_seeds.py --diversity-scales default`` records (WiCE's folds)."""
+    if records_dir is None:
+        return []
+    return [r for r in (json.loads(p.read_text()) for p in sorted(records_dir.glob("*-divdev-*.json")))
+            if r.get("diversity_scales")]
+
+
+def plot(output: Path, wice_dir: Path | None, png: Path) -> None:
+    """Three panels per dataset: the learned weights, the scale chosen on dev, and test
+    recall against the listwise head, as trained and at the chosen scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from dgn.sentence.config import FinetuneConfig
+    from dgn.sentence.predict import best_scale
+
+    records = [json.loads(p.read_text()) for p in sorted(output.glob("*/*/study.json"))]
+    names = sorted({r["dataset"] for r in records})
+    label = {"entailmentbank-full": "EntailmentBank", "multirc": "MultiRC", "scifact": "SciFact", "wice": "WiCE"}
+    learned: dict[str, list[dict[str, float]]] = {n: [r["diversity"] for r in records
+                                                      if r["dataset"] == n and r["head"] == "dgn"] for n in names}
+    chosen: dict[str, list[float]] = {}
+    eval_ks = FinetuneConfig().eval_ks
+    for n in names:
+        chosen[n] = [best_scale({float(s): statistics.fmean(m[f"recall@{k}"] for k in eval_ks)
+                                 for s, m in r["splits"]["dev"].items()})
+                     for r in records if r["dataset"] == n and r["head"] == "dgn"]
+    wice = _wice(wice_dir)
+    if wice:
+        names.append("wice")
+        learned["wice"] = [d for r in wice for d in r.get("diversity", [])]
+        chosen["wice"] = [s for r in wice for s in r["diversity_scales"]]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    x = range(len(names))
+    for offset, key, start, color in ((-0.2, "facility", 3.0, "tab:blue"), (0.2, "scmm", 1.0, "tab:orange")):
+        means = [statistics.fmean(d[key] for d in learned[n]) if learned[n] else float("nan") for n in names]
+        axes[0].bar([i + offset for i in x], means, width=0.4, color=color,
+                    label=f"{'facility location' if key == 'facility' else 'SCMM'} weight (starts at {start:g})")
+        for i, n in enumerate(names):
+            axes[0].scatter([i + offset] * len(learned[n]), [d[key] for d in learned[n]], color="black", s=8, zorder=3)
+    axes[0].set_xticks(list(x), [label.get(n, n) for n in names])
+    axes[0].set_title("learned diversity weights (one epoch)")
+    axes[0].legend(fontsize=8)
+    for i, n in enumerate(names):
+        values = chosen[n]
+        counts = {v: values.count(v) for v in sorted(set(values))}
+        axes[1].scatter([i] * len(counts), list(counts), s=[40 * c for c in counts.values()], color="tab:green")
+    axes[1].set_xticks(list(x), [label.get(n, n) for n in names])
+    axes[1].set_yticks(list(SCALES))
+    axes[1].set_ylabel("diversity scale")
+    axes[1].set_title("scale chosen on dev (dot size: runs)")
+    width = 0.2
+    test_names = [n for n in names if n != "wice"]
+    for j, (k, rows) in enumerate(((5, "as trained"), (7, "as trained"), (5, "chosen"), (7, "chosen"))):
+        diffs = []
+        for n in test_names:
+            dgn = [r for r in records if r["dataset"] == n and r["head"] == "dgn"]
+            ranker = [r for r in records if r["dataset"] == n and r["head"] == "listwise"]
+            if not ranker:
+                diffs.append(float("nan"))
+                continue
+            base = statistics.fmean(r["splits"]["test"][f"recall@{k}"] for r in ranker)
+            scales = ["1.0"] * len(dgn) if rows == "as trained" else [str(s) for s in chosen[n]]
+            diffs.append(statistics.fmean(r["splits"]["test"][s][f"recall@{k}"] for r, s in zip(dgn, scales,
+                                                                                                 strict=True)) - base)
+        axes[2].bar([i + (j - 1.5) * width for i in range(len(test_names))], diffs, width=width,
+                    label=f"R@{k}, {rows}", color=("tab:red" if rows == "as trained" else "tab:green"),
+                    alpha=0.5 if k == 5 else 1.0)
+    axes[2].axhline(0, color="black", linewidth=0.8)
+    axes[2].set_xticks(range(len(test_names)), [label.get(n, n) for n in test_names])
+    axes[2].set_title("test recall: DGN minus the listwise head")
+    axes[2].legend(fontsize=8)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    print(f"wrote {png}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("data", nargs="*", type=Path, help="benchmark data/ folders (train, dev, test .jsonl)")
@@ -188,11 +269,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--summary", action="store_true")
+    parser.add_argument("--wice", type=Path, default=None,
+                        help="with --plot: the finetune_seeds.py --diversity-scales default output of WiCE's folds")
+    parser.add_argument("--plot", type=Path, default=None, help="with --summary: draw the study's figure here")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.summary:
         summary(args.output)
+        if args.plot:
+            plot(args.output, args.wice, args.plot)
         return
     for data in args.data:
         for seed in (int(s) for s in args.seeds.split(",")):

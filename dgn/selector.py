@@ -305,7 +305,9 @@ class EndToEndModelSelector(Selector):
 
     def describe(self) -> str:
         cut = "every candidate" if self.top_l is None else f"candidates cut to the {self.top_l} BM25-best"
-        return f"a sentence encoder trained end to end under the {self.model.head} head, k = {self.k}, {cut}"
+        scale = self.model.diversity_scale
+        diversity = f", diversity scale {scale:g}" if scale != 1.0 else ""
+        return f"a sentence encoder trained end to end under the {self.model.head} head, k = {self.k}, {cut}{diversity}"
 
 
 class FrozenFeatureSelector(Selector):

@@ -161,7 +161,9 @@ def test_train_end_to_end_chooses_saves_and_reports_the_scale(sentence_encoder, 
     meta = json.loads((out / "selector.json").read_text())
     assert meta["diversity_scale"] == choice["value"]
     assert EndToEndModel.from_pretrained(out).diversity_scale == choice["value"]
-    assert load(out).model.diversity_scale == choice["value"]
+    selector = load(out)
+    assert selector.model.diversity_scale == choice["value"]
+    assert (f"diversity scale {choice['value']:g}" in selector.describe()) == (choice["value"] != 1.0)
     # a model written before the field loads as trained; a bad value is a one-line error naming the field
     del meta["diversity_scale"]
     (out / "selector.json").write_text(json.dumps(meta))
