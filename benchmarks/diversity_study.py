@@ -149,6 +149,83 @@ def _line(keys: list[str], split: str, label: str, runs: list[dict[str, float]])
     print(f"| {split} | {label} | " + " | ".join(cells) + " |")
 
 
+def head_epochs(data: Path, seed: int, output: Path, epochs: int, lr: float, batch: int = 8) -> None:
+    """More epochs for the DGN head alone over the trained model's frozen embeddings: the
+    encoder is fixed, the training problems are embedded once (cut as training cuts them,
+    the gold kept), and the head trains with the model's own loss at ``lr``; the epoch with
+    the best mean dev recall is kept. Writes ``head-study.json`` beside the model: per
+    epoch the dev score and the learned weights, and dev/test metrics of the best epoch at
+    every scale."""
+    from dgn.losses import gold_set_tensor
+    from dgn.sentence import EndToEndModel, FinetuneConfig
+    from dgn.sentence.predict import cut_candidates
+
+    name = data.parent.name if data.name == "data" else data.name
+    where = output / name / f"dgn-s{seed}"
+    target = where / f"head-study-{epochs}x{lr:g}.json"
+    if target.exists():
+        print(f"{target}: done", flush=True)
+        return
+    model = EndToEndModel.from_pretrained(where)
+    config = FinetuneConfig(seed=seed)
+    splits = {s: _problems(data / f"{s}.jsonl") for s in ("train", "dev", "test")}
+    started = time.perf_counter()
+    train = [cut_candidates(p, config.top_l, keep_gold=True)[0] for p in splits["train"]]
+    cached = Embedded(model, train, None, batch_size=batch)  # already cut, gold kept
+    golds = []
+    for start in range(0, len(train), batch):
+        part = train[start : start + batch]
+        N = max(len(p.candidates) for p in part)
+        gold = torch.zeros(len(part), N, dtype=torch.bool)
+        for b, p in enumerate(part):
+            for g in p.gold:
+                gold[b, list(g)] = True
+        golds.append((gold, gold_set_tensor([p.gold for p in part], N)))
+    dev = Embedded(model, splits["dev"], config.top_l)
+    test = Embedded(model, splits["test"], config.top_l)
+    print(f"{name} seed {seed}: embedded in {time.perf_counter() - started:.0f} s", flush=True)
+    for p in model.encoder.parameters():
+        p.requires_grad_(False)
+    params = [p for n, p in model.named_parameters() if not n.startswith("encoder.") and p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay)
+
+    def dev_score() -> float:
+        run = metrics(dev.rank(model, max(KS)), splits["dev"])
+        return statistics.fmean(run[f"recall@{k}"] for k in config.eval_ks)
+
+    history = [{"epoch": 0, "dev": dev_score(), "diversity": model.diversity()}]
+    best = (history[0]["dev"], 0, {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("encoder.")})
+    g = torch.Generator().manual_seed(seed)
+    for epoch in range(1, epochs + 1):
+        model.train()
+        for i in torch.randperm(len(cached.batches), generator=g).tolist():
+            q, S, mask, lex = cached.batches[i]
+            gold, sets = golds[i]
+            loss = model.loss(q, S, mask, gold, config.loss, lexical=lex, gold_sets=sets,
+                              first_layer_weight=config.first_layer_weight)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            optimizer.step()
+        score = dev_score()
+        history.append({"epoch": epoch, "dev": score, "diversity": model.diversity()})
+        print(f"  epoch {epoch}: dev {score:.4f} {model.diversity()}", flush=True)
+        if score > best[0]:
+            best = (score, epoch, {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("encoder.")})
+    model.load_state_dict(best[2], strict=False)
+    record: dict[str, Any] = {"dataset": name, "seed": seed, "epochs": epochs, "lr": lr, "best_epoch": best[1],
+                              "history": history, "diversity": model.diversity(), "splits": {},
+                              "seconds": time.perf_counter() - started}
+    for split, embedded in (("dev", dev), ("test", test)):
+        record["splits"][split] = {}
+        for s in SCALES:
+            model.diversity_scale = s
+            record["splits"][split][str(s)] = metrics(embedded.rank(model, max(KS)), splits[split])
+        model.diversity_scale = 1.0
+    target.write_text(json.dumps(record, indent=1))
+    print(f"{target}: written ({record['seconds']:.0f} s, best epoch {best[1]})", flush=True)
+
+
 def summary(output: Path) -> None:
     records = [json.loads(p.read_text()) for p in sorted(output.glob("*/*/study.json"))]
     for name in sorted({r["dataset"] for r in records}):
@@ -269,6 +346,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--output", type=Path, required=True)
     parser.add_argument("--summary", action="store_true")
+    parser.add_argument("--head-epochs", type=int, default=0,
+                        help="train the saved DGN heads this many more epochs over frozen embeddings (head_epochs)")
+    parser.add_argument("--head-lr", type=float, default=1e-3)
     parser.add_argument("--wice", type=Path, default=None,
                         help="with --plot: the finetune_seeds.py --diversity-scales default output of WiCE's folds")
     parser.add_argument("--plot", type=Path, default=None, help="with --summary: draw the study's figure here")
@@ -282,7 +362,10 @@ def main() -> None:
         return
     for data in args.data:
         for seed in (int(s) for s in args.seeds.split(",")):
-            study(data, seed, args.output, tuple(args.heads.split(",")))
+            if args.head_epochs:
+                head_epochs(data, seed, args.output, args.head_epochs, args.head_lr)
+            else:
+                study(data, seed, args.output, tuple(args.heads.split(",")))
 
 
 if __name__ == "__main__":
