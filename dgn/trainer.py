@@ -66,6 +66,7 @@ class TrainRequest:
     dropout: Any = None
     encoded_features: Any = None
     encoder_dropout: Any = None
+    diversity_scales: Any = None
     encoder_grad_scale: Any = None
     encoder_lr: Any = None
     encoder_model: Any = None
@@ -199,6 +200,7 @@ def train(request: TrainRequest) -> tuple[Any, str]:
                                       ("--freeze-layers", request.freeze_layers),
                                       ("--grad-candidates", request.grad_candidates),
                                       ("--encoder-dropout", request.encoder_dropout),
+                                      ("--diversity-scales", request.diversity_scales),
                                       ("--first-layer-weight", request.first_layer_weight),
                                       ("--init", request.init),
                                       ("--encoder-grad-scale", request.encoder_grad_scale))
@@ -257,7 +259,7 @@ _FINETUNE_OPTIONS = {
     "encoder_lr": "--encoder-lr", "top_l": "--top-l", "claims_per_step": "--claims-per-step",
     "freeze_layers": "--freeze-layers", "grad_candidates": "--grad-candidates",
     "first_layer_weight": "--first-layer-weight", "encoder_grad_scale": "--encoder-grad-scale",
-    "encoder_dropout": "--encoder-dropout",
+    "encoder_dropout": "--encoder-dropout", "diversity_scales": "--diversity-scales",
 }
 
 
@@ -296,9 +298,11 @@ def _finetune(
     distributed.resolve_device(request.device)
     fields = {_FINETUNE_FIELDS[k]: v for k, v in train_over.items()}
     for field in ("encoder_lr", "top_l", "claims_per_step", "freeze_layers", "grad_candidates",
-                  "first_layer_weight", "encoder_grad_scale", "encoder_dropout"):
+                  "first_layer_weight", "encoder_grad_scale", "encoder_dropout", "diversity_scales"):
         if getattr(request, field) is not None:
             fields[field] = getattr(request, field)
+    if fields.get("diversity_scales") == ():  # --diversity-scales none
+        fields["diversity_scales"] = None
     from dgn.sentence import DEFAULT_MODEL, FinetuneConfig, resolve_model_path, train_end_to_end
 
     config: Any = None

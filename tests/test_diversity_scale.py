@@ -172,3 +172,31 @@ def test_train_end_to_end_chooses_saves_and_reports_the_scale(sentence_encoder, 
     (out / "selector.json").write_text(json.dumps(meta))
     with pytest.raises(DgnUserError, match=r"selector.json: field 'diversity_scale': diversity_scale must be"):
         EndToEndModel.from_pretrained(out)
+
+
+def test_dgn_train_diversity_scales_option(sentence_encoder, tmp_path, capsys):
+    from dgn.cli import main
+
+    train, dev = tmp_path / "train.jsonl", tmp_path / "dev.jsonl"
+    write_problems(train, _problems(5, 4))
+    write_problems(dev, _problems(6, 4))
+    base = ["train", "--finetune-encoder", "--train", str(train), "--output"]
+    assert main([*base, str(tmp_path / "a"), "--dev", str(dev), "--diversity-scales", "0,3", "--quiet"]) == 0
+    history = json.loads((tmp_path / "a" / "train_history.json").read_text())
+    assert set(history["choices"]["diversity_scale"]["dev_scores"]) == {"0", "3"}
+    assert history["train_config"]["diversity_scales"] == [0.0, 3.0]
+    capsys.readouterr()
+    assert main([*base, str(tmp_path / "b"), "--dev", str(dev), "--diversity-scales", "none", "--quiet"]) == 0
+    assert "diversity scale" not in capsys.readouterr().out
+    history = json.loads((tmp_path / "b" / "train_history.json").read_text())
+    assert history["choices"] == {} and history["train_config"]["diversity_scales"] is None
+    for bad in ("0,x", "-1", "inf"):
+        with pytest.raises(SystemExit) as exc:
+            main([*base, str(tmp_path / "c"), "--diversity-scales", bad])
+        assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--diversity-scales" in err and not (tmp_path / "c").exists()
+    # frozen features have no diversity scale
+    assert main(["train", "--features", "lexical", "--train", str(train), "--output", str(tmp_path / "d"),
+                 "--diversity-scales", "0,1", "--quiet"]) == 2
+    assert "--diversity-scales" in capsys.readouterr().err

@@ -24,6 +24,20 @@ def _float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+def _scales(text: str) -> tuple[float, ...]:
+    """``--diversity-scales``: numbers >= 0 separated by commas, or ``none`` (the empty tuple:
+    no choice, the model as trained)."""
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers separated by commas, or none, got {text!r}") from None
+    if any(not (v >= 0 and v != float("inf")) for v in values):
+        raise argparse.ArgumentTypeError(f"scales must be finite numbers >= 0, got {text!r}")
+    return values
+
+
 def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
     from dgn.commands import add_feature_options
 
@@ -85,6 +99,10 @@ def register(sub: Any, types: dict[str, Callable[[str], Any]]) -> None:
                    help="end to end: keep the transformer's token embeddings and its bottom N layers fixed; the "
                    "backward pass stops above them, so steps are faster (default 0; docs/benchmarks.md measures "
                    "speed and recall for N = 2 and 3)")
+    p.add_argument("--diversity-scales", type=_scales, default=None, metavar="S,S,...|none",
+                   help="end to end, with --dev: after training, rank the dev file with the DGN head's diversity terms "
+                   "scaled by each of these and keep the best (default 0,0.25,0.5,1,2; none: the model as trained); "
+                   "the choice is printed and saved with the model")
     p.add_argument("--encoder-dropout", type=types["probability"], default=None, metavar="P",
                    help="end to end: the transformer's dropout probability while it trains, hidden and attention "
                    "(default: the model's own, 0.1 for MiniLM); 0 makes steps faster on the CPU "
