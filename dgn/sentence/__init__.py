@@ -10,7 +10,8 @@ sentence-transformers only when a model is loaded.
 * :func:`pair_features` - ``[q * s, |q - s|, cos(q, s)]`` per candidate.
 * :class:`EndToEndModel` - the encoder under a DGN (greedy layers, layer-wise loss)
   or under a listwise scorer (the fine-tuned-encoder baseline), trained end to end by
-  :func:`finetune`.
+  :func:`finetune`, which then chooses on the dev split how strongly the DGN head
+  diversifies (:func:`choose_diversity_scale`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dgn.features.sentence import (
 from dgn.sentence.config import (
     DEFAULT_FACILITY,
     DEFAULT_INIT,
+    DIVERSITY_SCALES,
     HEADS,
     FinetuneConfig,
     FinetuneResult,
@@ -38,18 +40,25 @@ from dgn.sentence.explain import EndToEndFeatures
 # over the function imported below.
 from dgn.sentence.finetune import LOSSES  # noqa: F401, I001
 from dgn.sentence.model import EndToEndModel, EndToEndSelector
-from dgn.sentence.predict import cut_candidates, rank_problems, ranked_problems
+from dgn.sentence.predict import (
+    choose_diversity_scale,
+    cut_candidates,
+    rank_problems,
+    ranked_problems,
+)
 from dgn.sentence.training import EndToEndTask, finetune, train_end_to_end
 
 __all__ = [
     "DEFAULT_FACILITY",
     "DEFAULT_INIT",
     "DEFAULT_MODEL",
+    "DIVERSITY_SCALES",
     "HEADS",
     "EndToEndFeatures",
     "EndToEndModel",
     "EndToEndSelector",
     "EndToEndTask",
+    "choose_diversity_scale",
     "cut_candidates",
     "default_facility",
     "default_init",
