@@ -63,6 +63,9 @@ def test_best_scale_takes_the_best_and_breaks_ties_toward_one():
     assert best_scale({0.0: 0.7, 0.5: 0.6, 1.0: 0.7, 2.0: 0.7}) == 1.0
     assert best_scale({0.0: 0.7, 0.5: 0.7, 2.0: 0.7}) == 0.5  # 0.5 and 1.5 from 1: the nearer, 0.5
     assert best_scale({0.0: 0.7, 2.0: 0.7}) == 0.0  # equally far: the smaller
+    # the same recall summed in another order is a tie, not a win
+    assert best_scale({0.0: 0.6865264797507789, 0.5: 0.6865264797507787, 1.0: 0.68}) == 0.5
+    assert best_scale({0.0: 0.69, 0.5: 0.6865, 1.0: 0.68}) == 0.0
 
 
 def test_scale_zero_picks_the_modular_ranking_and_one_is_the_model_as_built(sentence_encoder):

@@ -166,10 +166,16 @@ def choose_diversity_scale(
     return best_scale(scores), scores
 
 
+#: Scores closer than this are a tie in :func:`best_scale` (the same recall summed in
+#: another order differs in its last bits).
+SCORE_TIE = 1e-9
+
+
 def best_scale(scores: dict[float, float]) -> float:
-    """The scale with the highest score; a tie goes to the scale nearest 1 (then the smaller)."""
+    """The scale with the highest score; a tie (within :data:`SCORE_TIE`) goes to the scale
+    nearest 1, then to the smaller."""
     best = max(scores.values())
-    return min((s for s, v in scores.items() if v == best), key=lambda s: (abs(s - 1.0), s))
+    return min((s for s, v in scores.items() if v >= best - SCORE_TIE), key=lambda s: (abs(s - 1.0), s))
 
 
 def cut_candidates(problem: Any, top_l: int | None, keep_gold: bool = False) -> tuple[Any, list[int]]:
