@@ -838,8 +838,6 @@ def _run_split(
             rankings[name].append(rank(model, test, kmax))
             seconds[name].append(fit.seconds)
             dev_scores.setdefault(name, []).append(fit.best_score)
-            if "diversity_scale" in fit.choices:
-                result.setdefault("diversity_scales", {}).setdefault(name, []).append(fit.choices["diversity_scale"])
             if seed == s.seeds[0]:
                 first_models[name] = model
     if "DGN" in s.models:
@@ -895,6 +893,8 @@ def _run_split(
             rankings[name].append(rank_problems(model, test_problems, kmax, top_l=config.top_l, progress=progress))
             seconds[name].append(fit.seconds)
             dev_scores.setdefault(name, []).append(fit.best_score)
+            if "diversity_scale" in fit.choices:  # the DGN head's diversity scale, chosen on dev
+                result.setdefault("diversity_scales", {}).setdefault(name, []).append(fit.choices["diversity_scale"])
     return result
 
 
@@ -1055,6 +1055,11 @@ def write_reports(results: dict[str, Any], out: Path) -> None:
     )
     with atomic_write(out / "results.md") as fh:
         fh.write(header + format_results(results) + "\n")
+        scales = results.get("diversity_scales")
+        if scales and not results.get("folds"):
+            for row, picks in scales.items():
+                fh.write(f"\n{row}: the greedy layers' diversity scale chosen on the dev split, per seed: "
+                         + ", ".join(f"{c['value']:g}" for c in picks) + "\n")
         fh.write("\nstrict@k (S: every sentence of a gold set within the first k picks) and redundancy@k (red: "
                  "mean pairwise word overlap of the first k picks):\n\n" + format_sets(results) + "\n")
         gains = format_gains(results)

