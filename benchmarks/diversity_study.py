@@ -226,6 +226,44 @@ def head_epochs(data: Path, seed: int, output: Path, epochs: int, lr: float, bat
     print(f"{target}: written ({record['seconds']:.0f} s, best epoch {best[1]})", flush=True)
 
 
+def per_problem(data: Path, seed: int, output: Path, k: int = 5) -> None:
+    """Where diversity helps, problem by problem: the saved DGN's recall@k with its diversity
+    (scale 1) minus without (scale 0) on the test and dev problems, against each problem's
+    pool similarity (the mean pairwise cosine of its candidates, after the cut; known at
+    prediction time) and its largest gold set's size (not known then), as Spearman
+    correlations."""
+    from scipy.stats import spearmanr
+
+    from dgn.metrics import recall_at_k
+    from dgn.sentence import EndToEndModel, FinetuneConfig
+
+    name = data.parent.name if data.name == "data" else data.name
+    model = EndToEndModel.from_pretrained(output / name / f"dgn-s{seed}").eval()
+    problems = _problems(data / "test.jsonl") + _problems(data / "dev.jsonl")
+    embedded = Embedded(model, problems, FinetuneConfig().top_l)
+    ranks = {}
+    for s in (0.0, 1.0):
+        model.diversity_scale = s
+        ranks[s] = embedded.rank(model, k)
+    model.diversity_scale = 1.0
+    spread = []
+    for _, S, mask, _ in embedded.batches:
+        unit = torch.nn.functional.normalize(S, dim=-1)
+        cos = unit @ unit.transpose(1, 2)
+        for b in range(S.shape[0]):
+            n = int(mask[b].sum())
+            spread.append(float(cos[b, :n, :n][~torch.eye(n, dtype=torch.bool)].mean()) if n > 1 else 0.0)
+    delta = [recall_at_k(r1, p.gold, k) - recall_at_k(r0, p.gold, k)
+             for r0, r1, p in zip(ranks[0.0], ranks[1.0], problems, strict=True)]
+    size = [max(len(g) for g in p.gold) for p in problems]
+    rho, p_rho = spearmanr(spread, delta)
+    rho_size, p_size = spearmanr(size, delta)
+    print(f"{name} seed {seed}: {len(problems)} problems; R@{k} with minus without diversity: mean "
+          f"{statistics.fmean(delta):+.4f}, helps {sum(d > 0 for d in delta)}, hurts {sum(d < 0 for d in delta)}; "
+          f"Spearman with the pool's mean cosine {rho:+.3f} (p {p_rho:.2g}), with the gold set's size "
+          f"{rho_size:+.3f} (p {p_size:.2g})", flush=True)
+
+
 def summary(output: Path) -> None:
     records = [json.loads(p.read_text()) for p in sorted(output.glob("*/*/study.json"))]
     for name in sorted({r["dataset"] for r in records}):
@@ -349,6 +387,8 @@ def main() -> None:
     parser.add_argument("--head-epochs", type=int, default=0,
                         help="train the saved DGN heads this many more epochs over frozen embeddings (head_epochs)")
     parser.add_argument("--head-lr", type=float, default=1e-3)
+    parser.add_argument("--per-problem", action="store_true",
+                        help="where diversity helps, problem by problem, on the saved DGN models (per_problem)")
     parser.add_argument("--wice", type=Path, default=None,
                         help="with --plot: the finetune_seeds.py --diversity-scales default output of WiCE's folds")
     parser.add_argument("--plot", type=Path, default=None, help="with --summary: draw the study's figure here")
@@ -362,7 +402,9 @@ def main() -> None:
         return
     for data in args.data:
         for seed in (int(s) for s in args.seeds.split(",")):
-            if args.head_epochs:
+            if args.per_problem:
+                per_problem(data, seed, args.output)
+            elif args.head_epochs:
                 head_epochs(data, seed, args.output, args.head_epochs, args.head_lr)
             else:
                 study(data, seed, args.output, tuple(args.heads.split(",")))
