@@ -39,45 +39,24 @@ def _problems(path: Path) -> list[Any]:
 
 
 class Embedded:
-    """A split's problems embedded once by a model, cut as prediction cuts them."""
+    """A split's problems embedded once by a model, cut as prediction cuts them
+    (:func:`dgn.sentence.predict.embedded_batches`), ranked by the head as it stands
+    (:func:`dgn.sentence.predict.head_picks`)."""
 
     def __init__(self, model: Any, problems: list[Any], top_l: int | None, batch_size: int = 64):
-        from dgn.features.sentence import encode_texts
-        from dgn.sentence.predict import cut_candidates
+        from dgn.sentence.predict import cut_candidates, embedded_batches
 
         cuts = [cut_candidates(p, top_l) for p in problems]
         self.problems = problems
         self.index = [index for _, index in cuts]
-        cut = [c for c, _ in cuts]
-        rows: dict[str, int] = {}
-        slots = [[rows.setdefault(t, len(rows)) for t in (p.query, *p.candidates)] for p in cut]
-        emb = torch.from_numpy(encode_texts(model.encoder, list(rows), progress=False))
-        self.batches = []
-        for start in range(0, len(cut), batch_size):
-            chunk = range(start, min(start + batch_size, len(cut)))
-            N = max(len(cut[i].candidates) for i in chunk)
-            q = emb[torch.tensor([slots[i][0] for i in chunk])]
-            S = emb.new_zeros(len(chunk), N, emb.shape[1])
-            mask = torch.zeros(len(chunk), N, dtype=torch.bool)
-            for b, i in enumerate(chunk):
-                n = len(cut[i].candidates)
-                S[b, :n] = emb[torch.tensor(slots[i][1:], dtype=torch.long)]
-                mask[b, :n] = True
-            lex = model.lexical_for([cut[i].query for i in chunk], [cut[i].candidates for i in chunk], N)
-            self.batches.append((q, S, mask, lex))
+        self.batches = embedded_batches(model, [c for c, _ in cuts], batch_size=batch_size, progress=False)
 
     @torch.no_grad()
     def rank(self, model: Any, k: int) -> list[list[int]]:
+        from dgn.sentence.predict import head_picks
+
         model.eval()
-        out: list[list[int]] = []
-        for q, S, mask, lex in self.batches:
-            if model.dgn is None:
-                logits = model.score(q, S, mask, lexical=lex)
-                order = torch.sort(logits, dim=1, descending=True, stable=True).indices[:, :k]
-                picks = torch.where(mask.gather(1, order), order, torch.full_like(order, -1))
-            else:
-                picks = model.score(q, S, mask, steps=k, lexical=lex).indices
-            out.extend([[j for j in row if j >= 0] for row in picks.tolist()])
+        out = [picks for batch in self.batches for picks, _ in head_picks(model, batch, k)]
         return [[index[j] for j in r] for r, index in zip(out, self.index, strict=True)]
 
 
